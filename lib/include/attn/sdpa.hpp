@@ -1,0 +1,59 @@
+// attn/sdpa.hpp: scaled dot-product attention, softmax(scale * q k^T, masked over keys) v, for self and cross attention.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "attn/mask.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+// What a query row with no allowed key produces.
+enum class EmptyRowPolicy {
+    Throw,  // default: MaskError naming the first offending batch index and query row
+    Zero,   // output row and weights row are 0
+    Nan,    // output row and weights row are NaN (PyTorch's math path)
+};
+
+enum class Backend {
+    Auto,       // the library picks (reference for small shapes)
+    Reference,  // materialises scores per (batch, head) with BLIS gemm; clear before fast
+    Tiled,      // online softmax over key blocks, never a Tq x Tk matrix
+};
+
+const char* to_string(EmptyRowPolicy policy);
+const char* to_string(Backend backend);
+
+struct SdpaOptions {
+    std::optional<double> scale;  // default 1/sqrt(Dk)
+    bool is_causal = false;       // and-ed with allowed_mask when both are given
+    CausalAlignment alignment = CausalAlignment::TopLeft;
+    EmptyRowPolicy empty_rows = EmptyRowPolicy::Throw;
+    bool check_finite = true;     // ValueError on a NaN/Inf at a readable position
+    bool return_weights = false;
+    Backend backend = Backend::Auto;
+    int num_threads = 0;          // 0: OpenMP's default; the result is bitwise the same for any count
+};
+
+template <class T>
+struct SdpaResult {
+    Tensor<T> output;                  // (..., Tq, Dv)
+    std::optional<Tensor<T>> weights;  // (..., Tq, Tk) when options.return_weights
+};
+
+// q (..., Tq, Dk), k (..., Tk, Dk), v (..., Tk, Dv); leading dims broadcast (NumPy rules) to the batch shape.
+// allowed_mask: bool, broadcastable to (batch..., Tq, Tk); true = may attend. Masks apply to logits (-inf) before
+// the softmax over keys. Values in key/value rows that no query may read never change the output.
+// Errors (attn::Error): ShapeError for ranks, sizes and broadcasting; MaskError for an empty row under Throw;
+// ValueError for a NaN/Inf at a readable position while check_finite is on; ConfigError for a bad option.
+SdpaResult<float> scaled_dot_product_attention(TensorView<const float> q, TensorView<const float> k,
+                                               TensorView<const float> v,
+                                               std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                               const SdpaOptions& options = {});
+SdpaResult<double> scaled_dot_product_attention(TensorView<const double> q, TensorView<const double> k,
+                                                TensorView<const double> v,
+                                                std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                                const SdpaOptions& options = {});
+
+}  // namespace attn

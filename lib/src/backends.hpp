@@ -1,0 +1,34 @@
+// Internal: the kernels behind scaled_dot_product_attention, all fed the same validated problem.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attn/problem.hpp"
+
+namespace attn::detail {
+
+// Every kernel writes output (batch, Tq, Dv) and, when weights != nullptr, weights (batch, Tq, Tk), both
+// contiguous. Contract checks (empty rows under Throw, finite inputs) have already run; rows with no allowed key
+// are written per options.empty_rows by write_empty_row.
+template <class T>
+void sdpa_reference(const SdpaProblem<T>& problem, const std::vector<Readability>& readable, const SdpaOptions& options,
+                    T* output, T* weights);
+
+// Output row (Dv) and weights row (Tk, may be null) of a query with no allowed key: 0 under Zero, NaN under Nan.
+template <class T>
+void write_empty_row(EmptyRowPolicy policy, T* output_row, Index Dv, T* weights_row, Index Tk);
+
+// The contract that finite readable inputs give finite outputs: a logit or output that overflowed is reported
+// as a ValueError naming the row, never returned as Inf or NaN.
+[[noreturn]] void throw_overflow(const std::string& function, const char* what, const std::string& batch_index, Index row);
+
+// Runs body(0..count-1) on thread_count(options) threads (OpenMP, static schedule); rethrows the exception of the
+// lowest failing index, so errors do not depend on the thread count.
+void parallel_for(Index count, const SdpaOptions& options, const std::function<void(Index)>& body);
+
+// Threads for a parallel region: options.num_threads, or OpenMP's default when 0.
+int thread_count(const SdpaOptions& options);
+
+}  // namespace attn::detail

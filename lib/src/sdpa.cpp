@@ -1,0 +1,64 @@
+// scaled_dot_product_attention: validate, check the contracts, dispatch to a backend.
+#include "attn/sdpa.hpp"
+
+#include "attn/problem.hpp"
+#include "backends.hpp"
+
+namespace attn {
+
+const char* to_string(EmptyRowPolicy policy) {
+    switch (policy) {
+        case EmptyRowPolicy::Throw: return "throw";
+        case EmptyRowPolicy::Zero: return "zero";
+        case EmptyRowPolicy::Nan: return "nan";
+    }
+    return "?";
+}
+
+const char* to_string(Backend backend) {
+    switch (backend) {
+        case Backend::Auto: return "auto";
+        case Backend::Reference: return "reference";
+        case Backend::Tiled: return "tiled";
+    }
+    return "?";
+}
+
+namespace {
+
+template <class T>
+SdpaResult<T> sdpa(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+                   std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
+    const SdpaProblem<T> problem = make_sdpa_problem<T>("sdpa", q, k, v, allowed_mask, options);
+    const std::vector<Readability> readable = check_contracts(problem, options);
+    SdpaResult<T> result{Tensor<T>(problem.output_shape()), std::nullopt};
+    if (options.return_weights) result.weights = Tensor<T>(problem.weights_shape());
+    T* weights = result.weights ? result.weights->data() : nullptr;
+    switch (options.backend) {
+        case Backend::Auto:
+        case Backend::Reference:
+            detail::sdpa_reference(problem, readable, options, result.output.data(), weights);
+            break;
+        case Backend::Tiled:
+            throw ConfigError("sdpa: backend 'tiled' is not available in this build");
+    }
+    return result;
+}
+
+}  // namespace
+
+SdpaResult<float> scaled_dot_product_attention(TensorView<const float> q, TensorView<const float> k,
+                                               TensorView<const float> v,
+                                               std::optional<TensorView<const bool>> allowed_mask,
+                                               const SdpaOptions& options) {
+    return sdpa<float>(q, k, v, allowed_mask, options);
+}
+
+SdpaResult<double> scaled_dot_product_attention(TensorView<const double> q, TensorView<const double> k,
+                                                TensorView<const double> v,
+                                                std::optional<TensorView<const bool>> allowed_mask,
+                                                const SdpaOptions& options) {
+    return sdpa<double>(q, k, v, allowed_mask, options);
+}
+
+}  // namespace attn

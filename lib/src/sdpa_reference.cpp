@@ -1,0 +1,139 @@
+// Backend `reference`: per batch element, scores with BLIS gemm, stable softmax over keys, BLIS gemm with v.
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "backends.hpp"
+#include "gemm.hpp"
+
+namespace attn::detail {
+
+template <class T>
+void write_empty_row(EmptyRowPolicy policy, T* output_row, Index Dv, T* weights_row, Index Tk) {
+    const T fill = policy == EmptyRowPolicy::Nan ? std::numeric_limits<T>::quiet_NaN() : T(0);
+    std::fill_n(output_row, Dv, fill);
+    if (weights_row) std::fill_n(weights_row, Tk, fill);
+}
+
+void throw_overflow(const std::string& function, const char* what, const std::string& batch_index, Index row) {
+    throw ValueError(function + ": " + what + " overflowed at batch index " + batch_index + ", query row " +
+                     std::to_string(row) + " although every readable input is finite; scale the inputs down");
+}
+
+int thread_count(const SdpaOptions& options) {
+#ifdef _OPENMP
+    return options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+#else
+    (void)options;
+    return 1;
+#endif
+}
+
+void parallel_for(Index count, const SdpaOptions& options, const std::function<void(Index)>& body) {
+    // Exceptions cannot leave an OpenMP region: keep the one of the lowest index (what a serial loop would throw).
+    std::exception_ptr first_error;
+    Index first_index = count;
+#pragma omp parallel for schedule(static) num_threads(thread_count(options))
+    for (Index i = 0; i < count; ++i) {
+        try {
+            body(i);
+        } catch (...) {
+#pragma omp critical(attn_parallel_for_error)
+            if (i < first_index) {
+                first_index = i;
+                first_error = std::current_exception();
+            }
+        }
+    }
+    if (first_error) std::rethrow_exception(first_error);
+}
+
+// q (Tq, Dk), k (Tk, Dk), v (Tk, Dv) per batch element b; only the readable keys (n of them) are gathered, so
+// values nobody may read never enter a product (0 * NaN would still be NaN).
+template <class T>
+void sdpa_reference(const SdpaProblem<T>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
+                    T* output, T* weights) {
+    const Index Tq = p.Tq, Tk = p.Tk, Dk = p.Dk, Dv = p.Dv;
+    parallel_for(p.batch, options, [&](Index b) {
+        const Readability& r = readable[static_cast<std::size_t>(b)];
+        T* out = output + b * Tq * Dv;  // (Tq, Dv)
+        T* w = weights ? weights + b * Tq * Tk : nullptr;  // (Tq, Tk)
+        std::vector<Index> keys;  // readable key positions, ascending
+        for (Index j = 0; j < Tk; ++j)
+            if (r.key_readable[static_cast<std::size_t>(j)]) keys.push_back(j);
+        const Index n = static_cast<Index>(keys.size());
+
+        // 1. gather: qc (Tq, Dk), kc (n, Dk), vc (n, Dv), contiguous.
+        std::vector<T> qc(static_cast<std::size_t>(Tq * Dk)), kc(static_cast<std::size_t>(n * Dk)),
+            vc(static_cast<std::size_t>(n * Dv));
+        for (Index i = 0; i < Tq; ++i)
+            for (Index d = 0; d < Dk; ++d) qc[i * Dk + d] = p.q_row(b, i)[d * p.q.stride(-1)];
+        for (Index c = 0; c < n; ++c) {
+            for (Index d = 0; d < Dk; ++d) kc[c * Dk + d] = p.k_row(b, keys[c])[d * p.k.stride(-1)];
+            for (Index d = 0; d < Dv; ++d) vc[c * Dv + d] = p.v_row(b, keys[c])[d * p.v.stride(-1)];
+        }
+
+        // 2. scores: s (Tq, n) = scale * qc (Tq, Dk) @ kc^T (Dk, n).
+        std::vector<T> s(static_cast<std::size_t>(Tq * n));
+        gemm<T>(false, true, Tq, n, Dk, static_cast<T>(p.scale), qc.data(), Dk, 1, kc.data(), Dk, 1, T(0), s.data(), n,
+                1);
+
+        // 3. mask, max, exp, sum, normalise, per query row; s becomes the weights over readable keys.
+        for (Index i = 0; i < Tq; ++i) {
+            T* row = s.data() + i * n;
+            if (!r.row_nonempty[static_cast<std::size_t>(i)]) {
+                std::fill_n(row, n, T(0));
+                continue;
+            }
+            T row_max = -std::numeric_limits<T>::infinity();
+            for (Index c = 0; c < n; ++c) {
+                if (!p.allowed(b, i, keys[c])) {
+                    row[c] = -std::numeric_limits<T>::infinity();  // blocked: exactly zero weight after exp
+                    continue;
+                }
+                if (options.check_finite && !std::isfinite(row[c]))
+                    throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i);
+                row_max = std::max(row_max, row[c]);
+            }
+            T sum = 0;
+            for (Index c = 0; c < n; ++c) {
+                row[c] = std::exp(row[c] - row_max);  // exp(-inf) = 0 for blocked keys
+                sum += row[c];
+            }
+            for (Index c = 0; c < n; ++c) row[c] /= sum;
+        }
+
+        // 4. output: out (Tq, Dv) = s (Tq, n) @ vc (n, Dv).
+        if (n == 0) std::fill_n(out, Tq * Dv, T(0));
+        gemm<T>(false, false, Tq, Dv, n, T(1), s.data(), n, 1, vc.data(), Dv, 1, T(0), out, Dv, 1);
+
+        // 5. weights (Tq, Tk): zero at unreadable keys; empty rows and overflow checks.
+        if (w) {
+            std::fill_n(w, Tq * Tk, T(0));
+            for (Index i = 0; i < Tq; ++i)
+                for (Index c = 0; c < n; ++c) w[i * Tk + keys[c]] = s[i * n + c];
+        }
+        for (Index i = 0; i < Tq; ++i) {
+            if (!r.row_nonempty[static_cast<std::size_t>(i)]) {
+                write_empty_row(options.empty_rows, out + i * Dv, Dv, w ? w + i * Tk : nullptr, Tk);
+            } else if (options.check_finite) {
+                for (Index d = 0; d < Dv; ++d)
+                    if (!std::isfinite(out[i * Dv + d]))
+                        throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i);
+            }
+        }
+    });
+}
+
+template void write_empty_row<float>(EmptyRowPolicy, float*, Index, float*, Index);
+template void write_empty_row<double>(EmptyRowPolicy, double*, Index, double*, Index);
+template void sdpa_reference<float>(const SdpaProblem<float>&, const std::vector<Readability>&, const SdpaOptions&,
+                                    float*, float*);
+template void sdpa_reference<double>(const SdpaProblem<double>&, const std::vector<Readability>&, const SdpaOptions&,
+                                     double*, double*);
+
+}  // namespace attn::detail
