@@ -1,4 +1,5 @@
-// The attn program's subcommands: each registers its options on the CLI11 app and returns its exit code.
+// The attn program's subcommands: each registers its options on the CLI11 app and returns the action to run
+// when that subcommand was parsed (the action returns the process exit code).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -6,10 +7,9 @@
 
 namespace attn::cli {
 
-// A registered subcommand's action, run after parsing; returns the process exit code.
 using Action = std::function<int()>;
 
-// `attn test` and `attn verify`: the suite and the main job.
+// `attn test` and `attn verify`: the suite and the main job (commands_run.cpp).
 Action add_run_commands(CLI::App& app);
 
 }  // namespace attn::cli
