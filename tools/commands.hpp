@@ -9,6 +9,9 @@ namespace attn::cli {
 
 using Action = std::function<int()>;
 
+// What an action returns when none of its subcommands was the one parsed.
+inline constexpr int not_mine = -1;
+
 // `attn test` and `attn verify`: the suite and the main job (commands_run.cpp).
 Action add_run_commands(CLI::App& app);
 

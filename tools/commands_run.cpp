@@ -59,7 +59,7 @@ Action add_run_commands(CLI::App& app) {
             return worst;
         }
         (void)app;
-        return 2;
+        return not_mine;
     };
 }
 
