@@ -1,0 +1,38 @@
+// attn/oracle/metrics.hpp: the one place error metrics are defined (ULP distance, relative, normwise, error/bound).
+#pragma once
+
+#include <string>
+
+#include "attn/oracle/oracle.hpp"
+
+namespace attn::oracle {
+
+// ULP distance between a computed T and an exact value: +0 == -0; NaN matches only an expected NaN (distance 0),
+// otherwise infinite; an Inf or sign mismatch is infinite.
+template <class T>
+double ulp_distance(T computed, long double exact);
+
+// The outcome of comparing a candidate with the oracle. The maxima and the worst element are always reported,
+// pass or fail.
+struct Comparison {
+    Index elements = 0;
+    Index violations = 0;         // elements with error > bound (or a NaN/Inf mismatch)
+    double max_ulp = 0;
+    double max_abs = 0;
+    double max_rel = 0;           // relative to the condition-aware scale sum_k p_k |V_k|, not |o| (ulp near 0 explodes)
+    double normwise_rel = 0;      // ||computed - exact||_F / ||exact||_F
+    double max_tightness = 0;     // max error / bound; <= 1 is a pass
+    Index worst_flat = -1;        // flat index of the element with the largest error / bound
+    Shape worst_index;            // its multi-index
+    double worst_computed = 0, worst_exact = 0, worst_bound = 0;
+    bool pass() const { return violations == 0; }
+    std::string summary() const;  // one line, for messages and logs
+};
+
+// Compares a candidate output (same shape as the oracle's) against the oracle's exact output and bound.
+template <class T>
+Comparison compare_output(TensorView<const T> candidate, const Result<T>& oracle);
+template <class T>
+Comparison compare_weights(TensorView<const T> candidate, const Result<T>& oracle);
+
+}  // namespace attn::oracle
