@@ -1,7 +1,11 @@
-// `attn test` (ctest) and `attn verify` (the main job: every stage with a one-line status and a summary).
+// `attn test` (ctest) and `attn verify` (the main job: every stage with a one-line status and a summary table).
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -16,8 +20,16 @@ std::string ctest_command(const std::string& extra) {
     return std::string("ctest --test-dir '") + ATTN_BINARY_DIR + "' --output-on-failure -j 2 " + extra;
 }
 
+// This program's own path, so stages run as `attn <subcommand>` in child processes.
+std::string self_path() {
+    std::error_code ec;
+    const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+    return ec ? std::string("attn") : p.string();
+}
+
 int run(const std::string& command) {
     std::cout.flush();
+    std::cerr.flush();
     const int status = std::system(command.c_str());
     if (status == -1) return 2;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
@@ -25,41 +37,73 @@ int run(const std::string& command) {
 
 struct Stage {
     std::string name;
-    int code;
+    std::string subcommand;  // attn subcommand the stage needs ("" = none)
+    std::string command;
+};
+
+struct StageResult {
+    std::string name;
+    std::string status;  // ok, FAILED, skipped
     double seconds;
+    std::string note;
+};
+
+struct RunOptions {
+    std::string label;
+    bool full = false;
 };
 
 }  // namespace
 
 Action add_run_commands(CLI::App& app) {
-    auto* test = app.add_subcommand("test", "Run the test suite (ctest): unit tests, properties, replays");
-    static std::string label_storage;
-    auto* test_label = &label_storage;
-    test->add_option("-L,--label", *test_label, "Only tests with this ctest label");
-    auto* verify = app.add_subcommand("verify", "The main job: run every stage and print a summary");
-    return [&app, test, verify, test_label]() -> int {
-        if (test->parsed()) return run(ctest_command(test_label->empty() ? "" : "-L '" + *test_label + "'"));
-        if (verify->parsed()) {
-            std::vector<Stage> stages;
-            const auto stage = [&](const std::string& name, const std::string& command) {
-                std::cout << "== " << name << "\n";
-                const auto t0 = std::chrono::steady_clock::now();
-                const int code = run(command);
-                const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                stages.push_back({name, code, s});
-                std::cout << "== " << name << ": " << (code == 0 ? "ok" : "FAILED") << " (" << s << " s)\n";
-            };
-            stage("unit tests", ctest_command(""));
-            int worst = 0;
-            std::cout << "\nattn verify summary\n";
-            for (const Stage& s : stages) {
-                std::printf("  %-16s %-7s %8.1f s\n", s.name.c_str(), s.code == 0 ? "ok" : "FAILED", s.seconds);
-                if (s.code != 0) worst = 1;
+    static RunOptions opts;
+    auto* test = app.add_subcommand("test", "Run the test suite (ctest): unit tests, oracle, properties, replays");
+    test->add_option("-L,--label", opts.label, "Only tests with this ctest label");
+    auto* verify = app.add_subcommand("verify", "The main job: tests, properties, mutants, fuzzing, report");
+    verify->add_flag("--full", opts.full, "Run the long versions (thorough properties, longer fuzzing, full report)");
+    return [&app, test, verify]() -> int {
+        if (test->parsed()) return run(ctest_command(opts.label.empty() ? "" : "-L '" + opts.label + "'"));
+        if (!verify->parsed()) return not_mine;
+
+        const std::string self = "'" + self_path() + "'";
+        const bool clang = run("command -v clang++ >/dev/null 2>&1") == 0;
+        const std::vector<Stage> stages = {
+            {"unit tests", "", ctest_command("-LE 'properties|mutants|slow'")},
+            {"properties", "properties", self + " properties" + (opts.full ? " --thorough" : "")},
+            {"mutants", "mutants", self + " mutants"},
+            {"fuzzing", clang ? "fuzz" : "-", self + " fuzz --target all --minutes " + (opts.full ? "10" : "0.25")},
+            {"report", "report", self + " report --check" + (opts.full ? "" : " --quick")},
+        };
+        std::vector<StageResult> results;
+        for (const Stage& s : stages) {
+            const bool available = s.subcommand.empty() || (s.subcommand != "-" && [&] {
+                                       try {
+                                           app.get_subcommand(s.subcommand);
+                                           return true;
+                                       } catch (const CLI::OptionNotFound&) {
+                                           return false;
+                                       }
+                                   }());
+            if (!available) {
+                results.push_back({s.name, "skipped", 0.0, s.subcommand == "-" ? "clang++ not installed" : "not built"});
+                std::cout << "== " << s.name << ": skipped\n";
+                continue;
             }
-            return worst;
+            std::cout << "== " << s.name << ": " << s.command << "\n";
+            const auto t0 = std::chrono::steady_clock::now();
+            const int code = run(s.command);
+            const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            results.push_back({s.name, code == 0 ? "ok" : "FAILED", sec, code == 0 ? "" : "exit " + std::to_string(code)});
+            std::cout << "== " << s.name << ": " << results.back().status << " (" << sec << " s)\n";
         }
-        (void)app;
-        return not_mine;
+        int exit_code = 0;
+        std::cout << "\nattn verify summary\n";
+        for (const StageResult& r : results) {
+            std::printf("  %-12s %-8s %8.1f s  %s\n", r.name.c_str(), r.status.c_str(), r.seconds, r.note.c_str());
+            if (r.status == "FAILED") exit_code = 1;
+        }
+        std::printf("attn verify: %s\n", exit_code == 0 ? "everything held" : "FAILED");
+        return exit_code;
     };
 }
 

@@ -201,7 +201,7 @@ public:
     }
 
 private:
-    Shape shape_;
+    Shape shape_{0};  // a default tensor is empty (rank 1, no elements), never a rank-0 scalar without storage
     Index size_ = 0;
     std::unique_ptr<T[]> data_;
 };
