@@ -581,8 +581,10 @@ template <class T>
 void MultiHeadAttention<T>::set_in_proj_bias(TensorView<const T> b) {
     const std::string function = "MultiHeadAttention::set_in_proj_bias";
     require_bias(bias_, "set_in_proj_bias");
-    if (G_ != H_ || kdim_ != E_ || vdim_ != E_)
-        throw ConfigError(function + ": a packed in_proj_bias needs num_kv_heads == num_heads and kdim == vdim == embed_dim");
+    // Unlike the weight, the packed bias exists whatever kdim and vdim are (nn.MultiheadAttention keeps it then too).
+    if (G_ != H_)
+        throw ConfigError(function + ": a packed in_proj_bias needs num_kv_heads == num_heads (num_heads=" + str(H_) +
+                          ", num_kv_heads=" + str(G_) + "); set q, k, v biases separately");
     if (b.shape() != Shape{3 * E_})
         throw ShapeError(function + ": in_proj_bias must be " + to_string(Shape{3 * E_}) + " = (3E), got " +
                          to_string(b.shape()));

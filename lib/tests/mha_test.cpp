@@ -695,6 +695,12 @@ TEST_CASE("wrong parameter shapes and unavailable parameters are clear errors", 
     for (Index f = 0; f < 24; ++f) in_bias[f] = static_cast<float>(f);
     packed.set_in_proj_bias(in_bias);
     CHECK(packed.v_proj_bias()({0}) == 16.0f);
+    MhaConfig cross = config(8, 2);
+    cross.kdim = 5, cross.vdim = 3;  // the packed bias still fits: each part is E long
+    MultiHeadAttention<float> cross_module(cross);
+    cross_module.set_in_proj_bias(in_bias);
+    CHECK(cross_module.k_proj_bias()({0}) == 8.0f);
+    CHECK_THROWS_AS(cross_module.set_in_proj_weight(Tensor<float>({24, 8})), ConfigError);
     MhaConfig nb = config(8, 2);
     nb.bias = false;
     MultiHeadAttention<float> no_bias(nb);

@@ -101,7 +101,8 @@ public:
     void set_k_proj_bias(TensorView<const T> bias);    // (G*Dh)
     void set_v_proj_bias(TensorView<const T> bias);    // (G*Dh)
     void set_out_proj_bias(TensorView<const T> bias);  // (E)
-    void set_in_proj_bias(TensorView<const T> bias);   // (3E), as set_in_proj_weight
+    // Packed (3E) = [q; k; v]; ConfigError unless G = H (kdim and vdim may differ from E, as in PyTorch).
+    void set_in_proj_bias(TensorView<const T> bias);
 
     TensorView<const T> q_proj_weight() const { return q_weight_; }
     TensorView<const T> k_proj_weight() const { return k_weight_; }
