@@ -411,11 +411,16 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
         throw ShapeError(function + ": q has Dk=" + str(Dk) + " but k has Dk=" + str(k.dim(3)) + shapes());
     if (v.dim(2) != Tk || v.dim(1) != G)
         throw ShapeError(function + ": k and v must have the same kv heads G and Tk" + shapes());
+    const Index B = broadcast_shapes(broadcast_shapes({q.dim(0)}, {k.dim(0)}, function, "q", "k"), {v.dim(0)}, function,
+                                     "q/k", "v")[0];
+    if (H == 0 && G <= 1) {  // no heads: SDPA's answer is empty too (a lone kv head broadcasts to zero heads)
+        SdpaResult<T> empty{Tensor<T>({B, 0, Tq, Dv}), std::nullopt};
+        if (options.return_weights) empty.weights = Tensor<T>({B, 0, Tq, Tk});
+        return empty;
+    }
     if (G < 1 || H % G != 0)
         throw ShapeError(function + ": q has H=" + str(H) + " heads, not a multiple of the G=" + str(G) + " kv heads of k" +
                          shapes());
-    const Index B = broadcast_shapes(broadcast_shapes({q.dim(0)}, {k.dim(0)}, function, "q", "k"), {v.dim(0)}, function,
-                                     "q/k", "v")[0];
     std::optional<TensorView<const bool>> mask4;
     if (allowed_mask) {
         if (allowed_mask->rank() > 4)

@@ -777,3 +777,25 @@ TEST_CASE("multi_head_sdpa and mha_sdpa_path reject inconsistent inputs", "[mha]
     CHECK_THROWS_AS(mha_sdpa_path(q4, k4, v4, Tensor<bool>({1, 1, 1, 3, 6}, true).view()), ShapeError);
     CHECK_THROWS_AS(mha_sdpa_path(q4, k4, v4, Tensor<bool>({3, 5}, true).view()), ShapeError);
 }
+
+TEST_CASE("zero-size batches, queries and keys give empty or policy-defined outputs", "[mha][contracts]") {
+    std::mt19937_64 rng(67);
+    MultiHeadAttention<float> mha(config(4, 2));
+    set_random_biases(mha, rng);
+    CHECK(mha.forward_self(Tensor<float>({0, 3, 4})).output.shape() == Shape{0, 3, 4});
+    CHECK(mha.forward_self(Tensor<float>({2, 0, 4})).output.shape() == Shape{2, 0, 4});
+    const Tensor<float> x = random_tensor<float>({2, 3, 4}, rng), no_keys({2, 0, 4});
+    CHECK_THROWS_AS(mha.forward_cross(x, no_keys), MaskError);
+    MhaOptions zero;
+    zero.empty_rows = EmptyRowPolicy::Zero;
+    zero.weights = MhaWeights::PerHead;
+    const auto r = mha.forward_cross(x, no_keys, std::nullopt, zero);  // every context row is 0: output = out_proj bias
+    REQUIRE(r.weights->shape() == Shape{2, 2, 3, 0});
+    for (Index f = 0; f < r.output.numel(); ++f) CHECK(r.output[f] == mha.out_proj_bias()({f % 4}));
+    SdpaOptions with_weights;
+    with_weights.return_weights = true;
+    const auto none = mha_sdpa_path(Tensor<float>({2, 0, 3, 4}), Tensor<float>({2, 1, 5, 4}), Tensor<float>({2, 1, 5, 2}),
+                                    std::nullopt, with_weights);
+    CHECK(none.output.shape() == Shape{2, 0, 3, 2});
+    CHECK(none.weights->shape() == Shape{2, 0, 3, 5});
+}
