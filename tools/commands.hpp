@@ -18,4 +18,7 @@ Action add_run_commands(CLI::App& app);
 // `attn sdpa`: scaled dot-product attention on .npy files (commands_sdpa.cpp).
 Action add_sdpa_command(CLI::App& app);
 
+// `attn mha`: multi-head attention on .npy files, PyTorch parameter layouts (commands_mha.cpp).
+Action add_mha_command(CLI::App& app);
+
 }  // namespace attn::cli
