@@ -12,6 +12,7 @@
 // The rounding structure is documented in attn/tiled.hpp (TiledKernelInfo).
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <vector>
 #ifdef _OPENMP
@@ -72,6 +73,7 @@ struct Workspace {
     Buffer<T> kp, vp, qp, sp, acc;
     std::vector<T> row_max, row_sum;  // per lane (query)
     std::vector<Index> row_end;       // per lane: readable keys [0, row_end) pass the causal rule
+    std::vector<Index> panel_end, panel_all_see;  // per query panel: max and min of row_end over its rows
 };
 
 // k -> key blocks of Bk keys, each as mr-key panels: panel element (key r, dim p) at p * mr + r (zero padded);
@@ -187,66 +189,72 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
     std::fill_n(w.row_max.begin(), panels * nr, neg_inf);
     std::fill_n(w.row_sum.begin(), panels * nr, T(0));
 
-    // Causal limits in readable-key positions; the item's key range ends where its last row's does.
-    Index keys_end = n, all_see = n;  // every row may read [0, all_see) as far as the causal rule goes
-    if (p.is_causal) {
+    // Causal limits in readable-key positions, per row and per query panel: a panel's key range ends where its
+    // last row's does, so fully-masked (key panel, query panel) tiles are never computed.
+    std::fill_n(w.row_end.begin(), rows, n);
+    if (p.is_causal)
         for (Index i = 0; i < rows; ++i) {
             const Index end = causal_end(i0 + i, p.Tq, p.Tk, p.alignment);
             w.row_end[i] = std::lower_bound(w.keys.begin(), w.keys.end(), end) - w.keys.begin();
         }
-        keys_end = *std::max_element(w.row_end.begin(), w.row_end.begin() + rows);
-        all_see = *std::min_element(w.row_end.begin(), w.row_end.begin() + rows);
+    Index keys_end = 0;
+    for (Index jq = 0; jq < panels; ++jq) {
+        const auto first = w.row_end.begin() + jq * nr, last = w.row_end.begin() + std::min(rows, (jq + 1) * nr);
+        w.panel_end[jq] = *std::max_element(first, last);
+        w.panel_all_see[jq] = *std::min_element(first, last);  // every row of the panel reads [0, all_see)
+        keys_end = std::max(keys_end, w.panel_end[jq]);
     }
 
     for (Index c0 = 0; c0 < keys_end; c0 += L.Bk) {
         const Index nb = std::min(L.Bk, n - c0);  // readable keys [c0, c0 + nb)
-        const Index key_panels = (nb + mr - 1) / mr;
-        const bool causal_block = p.is_causal && c0 + nb > all_see;  // the diagonal: some row stops inside
-        const bool masked = causal_block || p.allowed_mask.has_value();
-
-        // 2. scores: s^T (nb, rows) = scale * k[c0:c0+nb] (nb, Dk) @ q^T (Dk, rows), tile (key panel, query panel).
         const T* kblock = w.kp.data.get() + (c0 / L.Bk) * L.k_block_stride;
-        if (Dk > 0) {
-            packed_gemm<T>(key_panels, panels, Dk, static_cast<T>(p.scale), kblock, L.ps_k, qp, L.ps_q, T(0), sp, nr, 1,
-                           mr * nr, L.Bk_pad * nr);
-        } else {
-            for (Index jq = 0; jq < panels; ++jq) std::fill_n(sp + jq * L.Bk_pad * nr, nb * nr, T(0));
-        }
+        for (Index jq = 0; jq < panels; ++jq) {
+            const Index nbj = std::min(nb, w.panel_end[jq] - c0);  // keys of this block some row of the panel reads
+            if (nbj <= 0) continue;
+            T* s = sp + jq * L.Bk_pad * nr;  // (Bk_pad, nr): key c, query lane rr at s[c * nr + rr]
+            T* accj = acc + jq * L.Dv_pad * nr;
 
-        // 3. mask: blocked -> -inf, only where a mask can block something; finite check of every allowed logit.
-        if (masked) {
-            for (Index i = 0; i < rows; ++i) {
-                T* lane = sp + (i / nr) * L.Bk_pad * nr + i % nr;  // (key c) at lane[c * nr]
-                const Index end = causal_block ? std::min(nb, w.row_end[i] - c0) : nb;
-                for (Index c = 0; c < nb; ++c) {
-                    const bool ok = c < end && (!p.allowed_mask || p.allowed(b, i0 + i, w.keys[c0 + c]));
-                    if (!ok) {
-                        lane[c * nr] = neg_inf;
-                    } else if (options.check_finite && !std::isfinite(lane[c * nr])) {
-                        throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i0 + i);
-                    }
-                }
+            // 2. scores: s^T (nbj, nr) = scale * k[c0:c0+nbj] (nbj, Dk) @ q^T (Dk, nr), tile by tile.
+            if (Dk > 0) {
+                packed_gemm<T>((nbj + mr - 1) / mr, 1, Dk, static_cast<T>(p.scale), kblock, L.ps_k, qp + jq * L.ps_q,
+                               L.ps_q, T(0), s, nr, 1, mr * nr, 0);
+            } else {
+                std::fill_n(s, nbj * nr, T(0));
             }
-        } else if (options.check_finite) {
-            for (Index jq = 0; jq < panels; ++jq) {
-                const T* s = sp + jq * L.Bk_pad * nr;
-                if (all_finite(s, nb * nr)) continue;
+
+            // 3. mask: blocked -> -inf, only where a mask can block something (the diagonal, or an explicit mask);
+            // every allowed logit must be finite.
+            const bool causal_cut = c0 + nbj > w.panel_all_see[jq];
+            if (causal_cut || p.allowed_mask) {
+                for (Index rr = 0; rr < nr && jq * nr + rr < rows; ++rr) {
+                    const Index i = jq * nr + rr;
+                    const Index end = std::clamp<Index>(w.row_end[i] - c0, 0, nbj);
+                    for (Index c = 0; c < end; ++c) {
+                        T& x = s[c * nr + rr];
+                        if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[c0 + c])) {
+                            x = neg_inf;
+                        } else if (options.check_finite && !std::isfinite(x)) {
+                            throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i0 + i);
+                        }
+                    }
+                    for (Index c = end; c < nbj; ++c) s[c * nr + rr] = neg_inf;
+                }
+            } else if (options.check_finite && !all_finite(s, nbj * nr)) {
                 for (Index rr = 0; rr < nr; ++rr)
-                    for (Index c = 0; c < nb; ++c)
+                    for (Index c = 0; c < nbj; ++c)
                         if (!std::isfinite(s[c * nr + rr]))
                             throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b),
                                            i0 + jq * nr + rr);
             }
+
+            // 4. online softmax: s^T becomes p^T; acc and l are rescaled to the new max.
+            online_softmax_any_width(s, nbj, nr, w.row_max.data() + jq * nr, w.row_sum.data() + jq * nr, accj,
+                                     L.Dv_pad);
+
+            // 5. acc^T (Dv, nr) += v^T[:, c0:c0+nbj] (Dv, nbj) @ p^T (nbj, nr), tile by tile.
+            packed_gemm<T>(L.dv_panels, 1, nbj, T(1), w.vp.data.get() + c0 * mr, L.ps_v, s, 0, T(1), accj, nr, 1,
+                           mr * nr, 0);
         }
-
-        // 4. online softmax per query panel: s^T becomes p^T, acc and l are rescaled to the new max.
-        for (Index jq = 0; jq < panels; ++jq)
-            online_softmax_any_width(sp + jq * L.Bk_pad * nr, nb, nr, w.row_max.data() + jq * nr,
-                                     w.row_sum.data() + jq * nr, acc + jq * L.Dv_pad * nr, L.Dv_pad);
-
-        // 5. acc^T (Dv, rows) += v^T (Dv, nb) @ p^T (nb, rows), tile (Dv panel, query panel).
-        packed_gemm<T>(L.dv_panels, panels, nb, T(1), w.vp.data.get() + c0 * mr, L.ps_v, sp, L.Bk_pad * nr, T(1), acc,
-                       nr, 1, mr * nr, L.Dv_pad * nr);
     }
 
     // 6. normalise and transpose back to (rows, Dv); empty rows per policy; an overflowed output is an error.
@@ -264,6 +272,27 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
                 if (!std::isfinite(orow[d]))
                     throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i0 + i);
     }
+}
+
+// parallel_for's rule (the exception of the lowest failing item is rethrown, whatever the thread count) with a
+// dynamic schedule; which thread runs an item never changes its result.
+template <class F>
+void parallel_for_dynamic(Index count, int threads, const F& body) {
+    std::exception_ptr first_error;
+    Index first_index = count;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (Index i = 0; i < count; ++i) {
+        try {
+            body(i);
+        } catch (...) {
+#pragma omp critical(attn_tiled_error)
+            if (i < first_index) {
+                first_index = i;
+                first_error = std::current_exception();
+            }
+        }
+    }
+    if (first_error) std::rethrow_exception(first_error);
 }
 
 }  // namespace
@@ -289,9 +318,9 @@ void sdpa_tiled(const SdpaProblem<T>& p, const std::vector<Readability>& readabl
     const int threads = thread_count(options);
     std::vector<Workspace<T>> workspaces(static_cast<std::size_t>(threads));
     std::vector<Layout> layouts(static_cast<std::size_t>(threads), base);
-    // Items (b, query block) in C order: the static schedule gives each thread a contiguous run, so it packs the
-    // keys of each batch element about once.
-    parallel_for(p.batch * q_blocks, options, [&](Index item) {
+    // Items (b, query block) in C order, handed out one at a time (causal items differ in cost): consecutive items
+    // share b, so each thread packs the keys of a batch element about once.
+    parallel_for_dynamic(p.batch * q_blocks, threads, [&](Index item) {
 #ifdef _OPENMP
         const auto t = static_cast<std::size_t>(omp_get_thread_num());
 #else
@@ -305,6 +334,8 @@ void sdpa_tiled(const SdpaProblem<T>& p, const std::vector<Readability>& readabl
             w.row_max.resize(static_cast<std::size_t>(base.q_panels * base.nr));
             w.row_sum.resize(static_cast<std::size_t>(base.q_panels * base.nr));
             w.row_end.resize(static_cast<std::size_t>(base.q_panels * base.nr));
+            w.panel_end.resize(static_cast<std::size_t>(base.q_panels));
+            w.panel_all_see.resize(static_cast<std::size_t>(base.q_panels));
         }
         if (w.b != b) pack_keys(p, r, b, L, w);
         tile(p, r, options, b, i0, i1, L, w, output + b * p.Tq * p.Dv + i0 * p.Dv);
