@@ -342,6 +342,18 @@ void sdpa_tiled(const SdpaProblem<T>& p, const std::vector<Readability>& readabl
     });
 }
 
+template <class T>
+void tiled_exp(T* x, Index n) {
+    const hn::ScalableTag<T> d;
+    const Index N = static_cast<Index>(hn::Lanes(d));
+    Index i = 0;
+    for (; i + N <= n; i += N) hn::StoreU(hn::Exp(d, hn::LoadU(d, x + i)), d, x + i);
+    const hn::CappedTag<T, 1> d1;
+    for (; i < n; ++i) hn::StoreU(hn::Exp(d1, hn::LoadU(d1, x + i)), d1, x + i);
+}
+
+template void tiled_exp<float>(float*, Index);
+template void tiled_exp<double>(double*, Index);
 template void sdpa_tiled<float>(const SdpaProblem<float>&, const std::vector<Readability>&, const SdpaOptions&,
                                 float*);
 template void sdpa_tiled<double>(const SdpaProblem<double>&, const std::vector<Readability>&, const SdpaOptions&,
