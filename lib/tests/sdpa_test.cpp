@@ -68,7 +68,8 @@ SdpaOptions with_weights(SdpaOptions options = {}) {
 //      p'_j |v_jd|, and sum_j p'_j |v_jd| <= (1 + eta) sum_j p_j |v_jd|. So
 //      |o^_d - o_d| <= (eta + gamma_Tk (1 + eta)) sum_j p_j |v_jd|.
 // The long double loop itself obeys the same bound with u = 2^-64 (x87 extended); the test allows the sum of both
-// bounds. Valid while nothing underflows: the random inputs keep |logits| <= 4 sqrt(Dk) <= 16, far from it.
+// bounds (triangle inequality), evaluated with the loop's p_j and |q_d k_jd| (exact to first order in 2^-64).
+// Valid while nothing underflows: the random inputs keep |logits| <= 4 sqrt(Dk) <= 16, far from it.
 // ---------------------------------------------------------------------------------------------------------------
 struct ErrorBudget {
     long double u;
