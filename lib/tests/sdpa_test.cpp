@@ -448,6 +448,20 @@ TEST_CASE("Tq = 0 gives an empty output; Tk = 0 makes every row empty", "[sdpa][
     for (Index n = 0; n < nan.output.numel(); ++n) CHECK(std::isnan(nan.output[n]));
 }
 
+TEST_CASE("Dk = 0 makes every logit 0, so each query averages the values it may read", "[sdpa][edge]") {
+    const Tensor<double> q({3, 0}), k({4, 0});
+    const Tensor<double> v({4, 1}, {1, 2, 4, 8});
+    SdpaOptions options = with_weights();
+    options.is_causal = true;  // query i reads keys 0..i
+    const auto r = scaled_dot_product_attention(q, k, v, std::nullopt, options);
+    // Means of 1 and 2 values are exact in binary. Row 2: weights fl(1/3) (relative error u), products by 1, 2, 4
+    // exact, two additions of positive terms: relative error <= (1 + u)^3 - 1 < 4u = 2 eps.
+    CHECK(r.output[0] == 1.0);
+    CHECK(r.output[1] == 1.5);
+    CHECK(r.output[2] == Approx(7.0 / 3.0).epsilon(2 * std::numeric_limits<double>::epsilon()));
+    CHECK(r.weights->operator()({2, 3}) == 0.0);
+}
+
 TEST_CASE("every bad input is the documented error naming the function, the tensors and their shapes",
           "[sdpa][errors]") {
     const Tensor<float> q({2, 3, 4}), k({2, 5, 4}), v({2, 5, 6});
