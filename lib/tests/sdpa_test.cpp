@@ -455,10 +455,10 @@ TEST_CASE("Dk = 0 makes every logit 0, so each query averages the values it may 
     options.is_causal = true;  // query i reads keys 0..i
     const auto r = scaled_dot_product_attention(q, k, v, std::nullopt, options);
     // Means of 1 and 2 values are exact in binary. Row 2: weights fl(1/3) (relative error u), products by 1, 2, 4
-    // exact, two additions of positive terms: relative error <= (1 + u)^3 - 1 < 4u = 2 eps.
+    // exact, two additions of positive terms: relative error <= (1 + u)^3 - 1; plus u for fl(7/3): < 5u < 3 eps.
     CHECK(r.output[0] == 1.0);
     CHECK(r.output[1] == 1.5);
-    CHECK(r.output[2] == Approx(7.0 / 3.0).epsilon(2 * std::numeric_limits<double>::epsilon()));
+    CHECK(r.output[2] == Approx(7.0 / 3.0).epsilon(3 * std::numeric_limits<double>::epsilon()));
     CHECK(r.weights->operator()({2, 3}) == 0.0);
 }
 
