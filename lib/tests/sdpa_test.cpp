@@ -68,7 +68,8 @@ SdpaOptions with_weights(SdpaOptions options = {}) {
 //      p'_j |v_jd|, and sum_j p'_j |v_jd| <= (1 + eta) sum_j p_j |v_jd|. So
 //      |o^_d - o_d| <= (eta + gamma_Tk (1 + eta)) sum_j p_j |v_jd|.
 // The long double loop itself obeys the same bound with u = 2^-64 (x87 extended); the test allows the sum of both
-// bounds. Valid while nothing underflows: the random inputs keep |logits| <= 4 sqrt(Dk) <= 16, far from it.
+// bounds (triangle inequality), evaluated with the loop's p_j and |q_d k_jd| (exact to first order in 2^-64).
+// Valid while nothing underflows: the random inputs keep |logits| <= 4 sqrt(Dk) <= 16, far from it.
 // ---------------------------------------------------------------------------------------------------------------
 struct ErrorBudget {
     long double u;
@@ -445,6 +446,20 @@ TEST_CASE("Tq = 0 gives an empty output; Tk = 0 makes every row empty", "[sdpa][
     options.empty_rows = EmptyRowPolicy::Nan;
     const auto nan = scaled_dot_product_attention(q, k0, v0, std::nullopt, options);
     for (Index n = 0; n < nan.output.numel(); ++n) CHECK(std::isnan(nan.output[n]));
+}
+
+TEST_CASE("Dk = 0 makes every logit 0, so each query averages the values it may read", "[sdpa][edge]") {
+    const Tensor<double> q({3, 0}), k({4, 0});
+    const Tensor<double> v({4, 1}, {1, 2, 4, 8});
+    SdpaOptions options = with_weights();
+    options.is_causal = true;  // query i reads keys 0..i
+    const auto r = scaled_dot_product_attention(q, k, v, std::nullopt, options);
+    // Means of 1 and 2 values are exact in binary. Row 2: weights fl(1/3) (relative error u), products by 1, 2, 4
+    // exact, two additions of positive terms: relative error <= (1 + u)^3 - 1; plus u for fl(7/3): < 5u < 3 eps.
+    CHECK(r.output[0] == 1.0);
+    CHECK(r.output[1] == 1.5);
+    CHECK(r.output[2] == Approx(7.0 / 3.0).epsilon(3 * std::numeric_limits<double>::epsilon()));
+    CHECK(r.weights->operator()({2, 3}) == 0.0);
 }
 
 TEST_CASE("every bad input is the documented error naming the function, the tensors and their shapes",
