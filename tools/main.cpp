@@ -1,4 +1,5 @@
 // attn: the command-line program (tests, verification, and attention on .npy files).
+#include <exception>
 #include <iostream>
 #include <vector>
 
@@ -27,6 +28,9 @@ int main(int argc, char** argv) {
         }
         return 2;
     } catch (const attn::Error& e) {
+        std::cerr << "attn: " << e.what() << "\n";
+        return 2;
+    } catch (const std::exception& e) {  // out of memory and the like: still a message and exit 2, never an abort
         std::cerr << "attn: " << e.what() << "\n";
         return 2;
     }

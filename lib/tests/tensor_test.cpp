@@ -93,3 +93,17 @@ TEST_CASE("owning tensors check their inputs and copy deeply", "[tensor]") {
     CHECK(r.shape() == Shape{2, 1});
     test::error_message<ShapeError>([&] { (void)Tensor<float>({3}).reshaped({2}); });
 }
+
+TEST_CASE("dims out of range are ShapeErrors naming the shape, not std::out_of_range", "[tensor]") {
+    float data[6] = {};
+    const TensorView<float> t(data, {2, 3});
+    CHECK(t.dim(-1) == 3);
+    CHECK(t.dim(-2) == 2);
+    CHECK_THAT(test::error_message<ShapeError>([&] { (void)t.dim(2); }), Contains("[2,3]"));
+    CHECK_THAT(test::error_message<ShapeError>([&] { (void)t.stride(-3); }), Contains("[2,3]"));
+    CHECK_THAT(test::error_message<ShapeError>([&] { (void)t.transpose(0, 5); }), Contains("[2,3]"));
+    CHECK_THAT(test::error_message<ShapeError>([&] { (void)t.slice(4, 0, 1); }), Contains("[2,3]"));
+    CHECK_THAT(test::error_message<ShapeError>([&] { (void)t.unsqueeze(3); }), Contains("[2,3]"));
+    CHECK(t.unsqueeze(2).shape() == Shape{2, 3, 1});
+    CHECK_THAT(test::error_message<ShapeError>([] { (void)Tensor<float>({2}).dim(1); }), Contains("[2]"));
+}

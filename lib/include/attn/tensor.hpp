@@ -58,8 +58,8 @@ public:
     const Shape& strides() const { return strides_; }
     Index rank() const { return static_cast<Index>(shape_.size()); }
     // Negative dims count from the end, as in NumPy.
-    Index dim(Index d) const { return shape_.at(static_cast<std::size_t>(d < 0 ? d + rank() : d)); }
-    Index stride(Index d) const { return strides_.at(static_cast<std::size_t>(d < 0 ? d + rank() : d)); }
+    Index dim(Index d) const { return shape_[axis(d)]; }
+    Index stride(Index d) const { return strides_[axis(d)]; }
     Index numel() const { return attn::numel(shape_); }
     bool empty() const { return numel() == 0; }
 
@@ -76,8 +76,7 @@ public:
     // Swap two dims (no copy).
     TensorView transpose(Index a, Index b) const {
         TensorView r = *this;
-        const auto ia = static_cast<std::size_t>(a < 0 ? a + rank() : a);
-        const auto ib = static_cast<std::size_t>(b < 0 ? b + rank() : b);
+        const std::size_t ia = axis(a), ib = axis(b);
         std::swap(r.shape_.at(ia), r.shape_.at(ib));
         std::swap(r.strides_.at(ia), r.strides_.at(ib));
         return r;
@@ -85,6 +84,9 @@ public:
 
     // Insert a size-1 dim at position d (0 <= d <= rank).
     TensorView unsqueeze(Index d) const {
+        if (d < 0 || d > rank())
+            throw ShapeError("TensorView::unsqueeze: position " + std::to_string(d) + " out of range for shape " +
+                             to_string(shape_));
         TensorView r = *this;
         r.shape_.insert(r.shape_.begin() + d, 1);
         r.strides_.insert(r.strides_.begin() + d, 0);
@@ -94,7 +96,7 @@ public:
     // Elements [begin, end) along dim d (no copy).
     TensorView slice(Index d, Index begin, Index end) const {
         TensorView r = *this;
-        const auto id = static_cast<std::size_t>(d < 0 ? d + rank() : d);
+        const std::size_t id = axis(d);
         if (begin < 0 || end < begin || end > shape_.at(id))
             throw ShapeError("TensorView::slice: range [" + std::to_string(begin) + "," + std::to_string(end) +
                              ") out of bounds for dim " + std::to_string(d) + " of shape " + to_string(shape_));
@@ -124,6 +126,14 @@ public:
     }
 
 private:
+    // A dim index (negative counts from the end) as a position, or ShapeError when out of range.
+    std::size_t axis(Index d) const {
+        const Index a = d < 0 ? d + rank() : d;
+        if (a < 0 || a >= rank())
+            throw ShapeError("TensorView: dim " + std::to_string(d) + " out of range for shape " + to_string(shape_));
+        return static_cast<std::size_t>(a);
+    }
+
     T* data_ = nullptr;
     Shape shape_;
     Shape strides_;
@@ -186,7 +196,7 @@ public:
     const T* data() const { return data_.get(); }
     const Shape& shape() const { return shape_; }
     Index rank() const { return static_cast<Index>(shape_.size()); }
-    Index dim(Index d) const { return shape_.at(static_cast<std::size_t>(d < 0 ? d + rank() : d)); }
+    Index dim(Index d) const { return view().dim(d); }
     Index numel() const { return size_; }
     T& operator[](Index i) { return data_[static_cast<std::size_t>(i)]; }
     const T& operator[](Index i) const { return data_[static_cast<std::size_t>(i)]; }
