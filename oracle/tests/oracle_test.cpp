@@ -122,16 +122,20 @@ TEMPLATE_TEST_CASE("two precisions agree far beyond what float64 needs", "[oracl
     double worst_fast = 0, worst_wide = 0;
     for (Index e = 0; e < r0.output.numel(); ++e) {
         // Relative to the condition-aware scale; float64's unit roundoff is 1.1e-16.
+        // (hi - hi') is exact for close values, so the difference is resolved to ~2^-128.
+        const auto diff = [&](const oracle::Result<T>& a) {
+            return std::fabs((a.output_exact[e] - r2.output_exact[e]) + (a.output_exact_lo[e] - r2.output_exact_lo[e]));
+        };
         const long double s = r2.output_scale[e];
-        worst_fast = std::max(worst_fast, static_cast<double>(std::fabs(exact_output(r0, e) - exact_output(r2, e)) / s));
-        worst_wide = std::max(worst_wide, static_cast<double>(std::fabs(exact_output(r1, e) - exact_output(r2, e)) / s));
+        worst_fast = std::max(worst_fast, static_cast<double>(diff(r0) / s));
+        worst_wide = std::max(worst_wide, static_cast<double>(diff(r1) / s));
         CHECK(r0.output[e] == r2.output[e]);  // the same correctly rounded answer
     }
     std::cout << "precision agreement (" << (std::is_same_v<T, float> ? "float" : "double")
               << "): 114-bit fast path vs 516 bits " << worst_fast << ", 261 vs 516 bits " << worst_wide
-              << " (relative to sum p|v|; long double resolution 1e-19)\n";
-    CHECK(worst_fast <= 1e-18);
-    CHECK(worst_wide <= 1e-18);
+              << " (relative to sum p|v|; stored to ~2^-128)\n";
+    CHECK(worst_fast <= 1e-27);  // float64 needs 1e-16; the fast path's dot products carry ~2^-100
+    CHECK(worst_wide <= 1e-60);
 }
 
 TEST_CASE("round_to<float> rounds correctly where a conversion through double would round twice", "[oracle]") {
