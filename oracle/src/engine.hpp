@@ -287,7 +287,7 @@ private:
         const double inf = std::numeric_limits<double>::infinity();
 
         // 4. weights p_j = e_j / W (BOUNDS.md section 4).
-        for (Index j = 0; j < Tk; ++j) put_weight((b * p_.Tq + i) * Tk + j, Real(0), 0, 0);
+        // Blocked and unreadable keys keep weight 0 with bound 0: the result tensors start zero-filled.
         for (Index c = 0; c < n; ++c) {
             const double rel_impl = std::min(nz[0].weight_rel(c, pw[c], impl.u_div), nz[1].weight_rel(c, pw[c], impl.u_div));
             const double bound =
