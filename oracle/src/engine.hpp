@@ -204,7 +204,10 @@ private:
             if (fast) {
                 const DoubleDouble dd = dot2(qi, kj, Dk, abs_dot[c]);
                 s[c] = scale_mp * (Real(dd.hi) + Real(dd.lo));
-                logit_self[c] = (2 * gamma(2.0 * Dk, 0x1p-53) * 0x1p-53 + 3 * u_mp_) * abs_scale * abs_dot[c];
+                // Dot2 without its final rounding: gamma_Dk(2^-53)^2 |q|.|k| (Ogita, Rump, Oishi 2005, Prop. 5.5);
+                // doubled, plus the sum hi + lo and the scale in Real.
+                const double g = gamma(static_cast<double>(Dk), 0x1p-53);
+                logit_self[c] = (2 * g * g + 3 * u_mp_) * abs_scale * abs_dot[c];
             } else {
                 Real acc(0);
                 double a = 0;
@@ -272,7 +275,9 @@ private:
         self.log_down = std::log1p(-u_mp_);
         self.gamma_S = gamma(nd - 1, u_mp_);
         // The weighted sum: double-double (p_j to 2^-106, then Dot2) or Real; plus the division's rounding.
-        self.gamma_O = (fast ? 2 * gamma(2.0 * nd, 0x1p-53) * 0x1p-53 + 4 * 0x1p-106 : gamma(nd, u_mp_)) + 2 * u_mp_;
+        // 2n terms (p_hi v_j exactly via TwoProd, p_lo v_j rounded) through Dot2, and p_j to 2^-106 as hi + lo.
+        const double g2n = gamma(2.0 * nd, 0x1p-53);
+        self.gamma_O = (fast ? 2 * g2n * g2n + 4 * 0x1p-106 : gamma(nd, u_mp_)) + 2 * u_mp_;
         self.u_div = u_mp_;
 
         const Normalisation nz[4] = {normalise(impl, pw, sigma, log_W, pivot, false),
@@ -342,7 +347,8 @@ private:
             const double direct_abs = (eta_ * abs_v + 2 * nd * eta_) * (1 + impl.gamma_O);  // normalise-first underflow
             const double bound =
                 abs_ok ? (rel_impl + (Xi + (std::fabs(od) + rel_impl) * Z) / S_min + direct_abs) * kBoundInflation : inf;
-            const double self_error = std::min(rel[2], rel[3]) + 4 * nd * 0x1p-1074;  // + dd underflow
+            // + underflow in double: p_j below the normal range (2^-1074 |v_j| each) and the double-double sums.
+            const double self_error = std::min(rel[2], rel[3]) + 0x1p-1074 * (abs_v + 4 * nd);
             put_output((b * p_.Tq + i) * Dv + col, o, bound, scale_c, self_error);
         }
     }
