@@ -18,4 +18,7 @@ Action add_run_commands(CLI::App& app);
 // `attn sdpa`: scaled dot-product attention on .npy files (commands_sdpa.cpp).
 Action add_sdpa_command(CLI::App& app);
 
+// `attn oracle`, `attn check` and `attn oracle-sweep`: the oracle on .npy files (commands_oracle.cpp).
+Action add_oracle_commands(CLI::App& app);
+
 }  // namespace attn::cli
