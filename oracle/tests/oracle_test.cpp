@@ -294,3 +294,32 @@ TEMPLATE_TEST_CASE("the reference backend never violates its bound, and the boun
     INFO(st.first_unbounded);
     CHECK(st.unbounded_outside_wide == 0);
 }
+
+TEST_CASE("error models: the documented values, rescalings per row, and a looser bound for a weaker model",
+          "[oracle]") {
+    const oracle::ErrorModel ref = oracle::reference_model(), gen = oracle::generic_model(),
+                             tiled = oracle::tiled_model(64);
+    CHECK(ref.exp_ulps == 1.0);
+    CHECK(oracle::effective_rescalings(ref, 1000) == 0);
+    CHECK(oracle::effective_rescalings(gen, 1000) == 1000);
+    CHECK(oracle::effective_rescalings(tiled, 1000) == 16);  // ceil(1000 / 64) key blocks
+    CHECK(oracle::model_by_name("tiled", 32).key_block == 32);
+    CHECK_THROWS_AS(oracle::model_by_name("fastest"), attn::ConfigError);
+    CHECK_THROWS_AS(oracle::tiled_model(0), attn::ConfigError);
+
+    std::mt19937_64 rng(5);
+    const Tensor<float> q = random_tensor<float>({3, 16}, rng), k = random_tensor<float>({40, 16}, rng),
+                        v = random_tensor<float>({40, 4}, rng);
+    oracle::OracleOptions r_opts, t_opts, g_opts;
+    r_opts.model = ref;
+    t_opts.model = tiled;
+    g_opts.model = gen;
+    const auto r = oracle::scaled_dot_product_attention<float>(q, k, v, std::nullopt, {}, r_opts);
+    const auto t = oracle::scaled_dot_product_attention<float>(q, k, v, std::nullopt, {}, t_opts);
+    const auto g = oracle::scaled_dot_product_attention<float>(q, k, v, std::nullopt, {}, g_opts);
+    for (Index e = 0; e < r.output.numel(); ++e) {
+        CHECK(r.output[e] == g.output[e]);  // the model changes the bound, never the answer
+        CHECK(r.output_bound[e] <= t.output_bound[e]);
+        CHECK(t.output_bound[e] <= g.output_bound[e]);
+    }
+}
