@@ -22,5 +22,7 @@ Action add_sdpa_command(CLI::App& app);
 Action add_mha_command(CLI::App& app);
 // `attn bench [--quick] [--json FILE]`: speed and memory of the backends (commands_bench.cpp).
 Action add_bench_command(CLI::App& app);
+// `attn oracle`, `attn check` and `attn oracle-sweep`: the oracle on .npy files (commands_oracle.cpp).
+Action add_oracle_commands(CLI::App& app);
 
 }  // namespace attn::cli
