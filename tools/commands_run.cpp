@@ -50,8 +50,17 @@ struct StageResult {
 
 struct RunOptions {
     std::string label;
+    bool sanitizers = false;
     bool full = false;
 };
+
+// The same suite built with ASan + UBSan (preset debug-asan, build/debug-asan), without the long-running
+// labels: under the sanitizers the properties and mutants would take most of CI's budget.
+std::string sanitizer_command(const std::string& label) {
+    const std::string src = std::string("'") + ATTN_SOURCE_DIR + "'";
+    return "cd " + src + " && cmake --preset debug-asan >/dev/null && cmake --build --preset debug-asan -j 2 && " +
+           "ctest --preset debug-asan -j 2 " + (label.empty() ? "-LE 'properties|mutants|slow'" : "-L '" + label + "'");
+}
 
 }  // namespace
 
@@ -59,10 +68,15 @@ Action add_run_commands(CLI::App& app) {
     static RunOptions opts;
     auto* test = app.add_subcommand("test", "Run the test suite (ctest): unit tests, oracle, properties, replays");
     test->add_option("-L,--label", opts.label, "Only tests with this ctest label");
+    test->add_flag("--sanitizers", opts.sanitizers,
+                   "Build and run the suite under ASan + UBSan (build/debug-asan), except properties and mutants");
     auto* verify = app.add_subcommand("verify", "The main job: tests, properties, mutants, fuzzing, report");
     verify->add_flag("--full", opts.full, "Run the long versions (thorough properties, longer fuzzing, full report)");
     return [&app, test, verify]() -> int {
-        if (test->parsed()) return run(ctest_command(opts.label.empty() ? "" : "-L '" + opts.label + "'"));
+        if (test->parsed()) {
+            if (opts.sanitizers) return run(sanitizer_command(opts.label));
+            return run(ctest_command(opts.label.empty() ? "" : "-L '" + opts.label + "'"));
+        }
         if (!verify->parsed()) return not_mine;
 
         const std::string self = "'" + self_path() + "'";
