@@ -125,7 +125,8 @@ void bench_attention(benchmark::State& state, const std::string& impl, Index Tq,
 }
 
 void register_all(bool quick) {
-    const std::vector<Index> Ts = quick ? std::vector<Index>{512, 2048} : std::vector<Index>{128, 512, 1024, 2048, 4096};
+    const std::vector<Index> Ts =
+        quick ? std::vector<Index>{512, 2048} : std::vector<Index>{128, 512, 1024, 2048, 4096};
     struct Shape {
         const char* name;
         Index Tq, Tk;
@@ -142,7 +143,8 @@ void register_all(bool quick) {
             const std::string common = std::string(",dtype=") + dtype_name<T>() + ",threads=" + std::to_string(threads);
             const std::string gemm_name = "impl=gemm" + common + ",case=gemm,Tq=" + std::to_string(gemm_size) +
                                           ",Tk=" + std::to_string(gemm_size) + ",D=" + std::to_string(gemm_size);
-            benchmark::RegisterBenchmark(gemm_name.c_str(), [threads](benchmark::State& s) { bench_gemm<T>(s, threads); })
+            benchmark::RegisterBenchmark(gemm_name.c_str(),
+                                         [threads](benchmark::State& s) { bench_gemm<T>(s, threads); })
                 ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
             for (const Shape& sh : shapes)
                 for (const char* impl : {"naive", "reference", "tiled"}) {

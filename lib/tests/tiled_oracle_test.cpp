@@ -38,7 +38,8 @@ void run_cases(std::uint64_t seed) {
     double worst_tiled = 0, worst_reference = 0;
     for (int n = 0; n < oracle_cases; ++n) {
         const Index B = uniform(1, 2), Tq = T_edges[uniform(0, 6)], Tk = T_edges[uniform(0, 6)];
-        const Index Dk = std::vector<Index>{1, 7, 16, 64}[uniform(0, 3)], Dv = std::vector<Index>{1, 5, 16}[uniform(0, 2)];
+        const Index Dk = std::vector<Index>{1, 7, 16, 64}[uniform(0, 3)];
+        const Index Dv = std::vector<Index>{1, 5, 16}[uniform(0, 2)];
         // Logit scale: ordinary (1), large (near-one-hot rows, big max subtraction) or tiny (near-ties).
         const double value_scale = std::vector<double>{1.0, 6.0, 1e-3}[uniform(0, 2)];
         Tensor<T> q({B, Tq, Dk}), k({B, Tk, Dk}), v({B, Tk, Dv});
