@@ -86,9 +86,12 @@ Action add_bench_command(CLI::App& app) {
     auto* bench =
         app.add_subcommand("bench", "Speed of tiled vs reference vs naive BLIS attention vs gemm, and memory");
     static bool quick = false;
-    static std::string json_path;
+    static std::string json_path, filter;
+    static int repetitions = 0;
     bench->add_flag("--quick", quick, "Fewer shapes and repetitions (a smoke run, not for figures)");
     bench->add_option("--json", json_path, "Also write the rows as JSON to this file");
+    bench->add_option("--filter", filter, "Only benchmarks whose name matches this regex (e.g. 'impl=(gemm|tiled)')");
+    bench->add_option("--repetitions", repetitions, "Repetitions per benchmark (default 5, quick 3)");
     return [bench]() -> int {
         if (!bench->parsed()) return not_mine;
 #ifndef ATTN_BENCH_BINARY
@@ -101,6 +104,8 @@ Action add_bench_command(CLI::App& app) {
         std::cout << "attn bench: " << (quick ? "quick run" : "full run")
                   << " (B=1, H=8, D=64; medians of repetitions; ratios within this run)\n";
         const int code = run("'" + binary + "'" + (quick ? " --quick" : "") +
+                             (repetitions > 0 ? " --reps " + std::to_string(repetitions) : std::string()) +
+                             (filter.empty() ? std::string() : " --benchmark_filter='" + filter + "'") +
                              " --benchmark_display_aggregates_only=true --benchmark_out_format=json"
                              " --benchmark_out='" + raw + "'");
         if (code != 0) {
