@@ -3,7 +3,7 @@
 //
 // Benchmark names carry their row: "impl=tiled,dtype=float,threads=1,case=self,Tq=4096,Tk=4096,D=64".
 // FLOPs per attention = 4 B H Tq Tk D (also for causal, so causal shows as higher GFLOP/s); per gemm 2 M N K.
-// Own flags (before Google Benchmark's): --quick (fewer shapes), --memory-probe IMPL T.
+// Own flags (before Google Benchmark's): --quick (fewer shapes), --reps N, --memory-probe IMPL T.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
@@ -124,8 +124,9 @@ void bench_attention(benchmark::State& state, const std::string& impl, Index Tq,
     state.counters["flop"] = 4.0 * double(B * H) * double(Tq) * double(Tk) * double(D);
 }
 
-void register_all(bool quick) {
-    const std::vector<Index> Ts = quick ? std::vector<Index>{512, 2048} : std::vector<Index>{128, 512, 1024, 2048, 4096};
+void register_all(bool quick, int reps_override) {
+    const std::vector<Index> Ts =
+        quick ? std::vector<Index>{512, 2048} : std::vector<Index>{128, 512, 1024, 2048, 4096};
     struct Shape {
         const char* name;
         Index Tq, Tk;
@@ -136,13 +137,14 @@ void register_all(bool quick) {
     for (Index T : Ts) shapes.push_back({"causal", T, T, true});
     if (!quick) shapes.push_back({"cross", 128, 4096, false});
     const double min_time = quick ? 0.05 : 0.2;
-    const int reps = quick ? 3 : 5;
+    const int reps = reps_override > 0 ? reps_override : quick ? 3 : 5;
     for (int threads : {1, 2}) {
         const auto add_dtype = [&]<class T>(T) {
             const std::string common = std::string(",dtype=") + dtype_name<T>() + ",threads=" + std::to_string(threads);
             const std::string gemm_name = "impl=gemm" + common + ",case=gemm,Tq=" + std::to_string(gemm_size) +
                                           ",Tk=" + std::to_string(gemm_size) + ",D=" + std::to_string(gemm_size);
-            benchmark::RegisterBenchmark(gemm_name.c_str(), [threads](benchmark::State& s) { bench_gemm<T>(s, threads); })
+            benchmark::RegisterBenchmark(gemm_name.c_str(),
+                                         [threads](benchmark::State& s) { bench_gemm<T>(s, threads); })
                 ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
             for (const Shape& sh : shapes)
                 for (const char* impl : {"naive", "reference", "tiled"}) {
@@ -195,15 +197,17 @@ int memory_probe(const std::string& impl, Index T) {
 int main(int argc, char** argv) {
     if (argc == 4 && std::strcmp(argv[1], "--memory-probe") == 0) return memory_probe(argv[2], std::atol(argv[3]));
     bool quick = false;
+    int reps = 0;
     std::vector<char*> args{argv[0]};
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+        else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
         else args.push_back(argv[i]);
     }
     int n = static_cast<int>(args.size());
     benchmark::Initialize(&n, args.data());
     if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
-    register_all(quick);
+    register_all(quick, reps);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

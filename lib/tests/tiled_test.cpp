@@ -56,8 +56,9 @@ double gamma(double n) { return n * unit_roundoff<T>() / (1.0 - n * unit_roundof
 // With eta = exp(2 max_j E_j + u max_j |s_j - m|) - 1 + 2 ulps u (relative perturbation of every p_j; the max
 // is exact, so s_j - m errs by at most 2 E), the ratio a / l of perturbed sums moves by at most
 // 2 eta / (1 - eta) * sum_j w_j |v_jd| (both sums perturbed relatively by eta), the sums add
-// 2 gamma(Tk + (2 ulps + 1) blocks) * sum_j w_j |v_jd| (first order), and the division u |o|. Both implementations obey the
-// bound, so their difference obeys twice it. Evaluated in double from the inputs and the reference weights.
+// 2 gamma(Tk + (2 ulps + 1) blocks) * sum_j w_j |v_jd| (first order), and the division u |o|. Both
+// implementations obey the bound, so their difference obeys twice it. Evaluated in double from the inputs and
+// the reference weights.
 template <class T>
 struct Bound {
     const Tensor<T>& q;
@@ -122,7 +123,11 @@ struct Case {
         std::ostringstream s;
         s << "sdpa(B=" << B << ",H=" << H << ",Tq=" << Tq << ",Tk=" << Tk << ",Dk=" << Dk << ",Dv=" << Dv
           << ",mask=" << (causal ? (alignment == CausalAlignment::TopLeft ? "causal-tl" : "causal-br") : "none")
-          << "+" << (masking == None ? "none" : masking == Padding ? "padding" : masking == Random ? "random" : "broadcast")
+          << "+"
+          << (masking == None      ? "none"
+              : masking == Padding ? "padding"
+              : masking == Random  ? "random"
+                                   : "broadcast")
           << (k_broadcast ? ",kv=broadcast" : "") << ",impl=tiled)";
         return s.str();
     }
@@ -220,7 +225,8 @@ void check_case(Rng& rng, const Case& c, EmptyRowPolicy policy, bool nan_in_unre
                     if (std::isnan(r) != std::isnan(t)) FAIL("element " << e << ": reference " << r << ", tiled " << t);
                     continue;
                 }
-                const double err = std::abs(t - r), bnd = bound.at(row, *ref.weights, ref.output, b, i, d, c.k_broadcast);
+                const double err = std::abs(t - r);
+                const double bnd = bound.at(row, *ref.weights, ref.output, b, i, d, c.k_broadcast);
                 if (bnd == 0) {
                     if (t != r) FAIL("element " << e << " of an empty row: reference " << r << ", tiled " << t);
                     continue;
