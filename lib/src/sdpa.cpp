@@ -29,11 +29,15 @@ namespace {
 // Backend::Auto picks `tiled` from this many scores per batch element (Tq * Tk) on. Measured with `attn bench`
 // (B=1, H=8, D=64, 1 thread): at Tq = Tk = 128 tiled already takes 0.6x (float) and 0.8x (double) of reference's
 // time, and the gap grows with T; below 128 x 128 both take microseconds and the simpler reference runs.
-// Weights requested => `reference`, the only backend that materialises them.
+// Weights requested => `reference`, the only backend that materialises them. An explicit `tiled` with weights is
+// an error rather than a silent switch: whoever names a backend is testing that backend.
 constexpr Index auto_tiled_min_scores = 128 * 128;
 
 Backend resolve(Backend requested, const SdpaOptions& options, Index Tq, Index Tk) {
-    if (options.return_weights) return Backend::Reference;  // tiled never forms the (Tq, Tk) weights
+    if (requested == Backend::Tiled && options.return_weights)
+        throw ConfigError("sdpa: backend 'tiled' never forms the (Tq, Tk) weights (Tq=" + std::to_string(Tq) +
+                          ", Tk=" + std::to_string(Tk) + "); ask for weights with Backend::Reference or Backend::Auto");
+    if (options.return_weights) return Backend::Reference;
     if (requested != Backend::Auto) return requested;
     return Tq * Tk >= auto_tiled_min_scores ? Backend::Tiled : Backend::Reference;
 }
