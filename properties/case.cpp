@@ -251,7 +251,8 @@ CaseFile read_case_file(const std::string& path) {
 
 std::string write_case_file(const CaseFile& file, const std::string& dir) {
     std::filesystem::create_directories(dir);
-    const std::string path = dir + "/" + config_string(file.sdpa, file.implementation) + "." + file.property + ".json";
+    const std::string impl = file.implementation == "*" ? "all" : file.implementation;  // no glob character in names
+    const std::string path = dir + "/" + config_string(file.sdpa, impl) + "." + file.property + ".json";
     std::ofstream out(path);
     if (!out) throw IoError("case file " + path + ": cannot write");
     out << to_json(file) << "\n";

@@ -211,8 +211,10 @@ rc::Gen<SdpaCase> sdpa_case(Dtype dtype, CaseSpec spec) {
         c.B = *rc::gen::weightedElement<Index>({{3, 1}, {3, 2}, {1, 3}});
         c.H = *rc::gen::weightedElement<Index>({{3, 1}, {3, 2}, {1, 3}, {2, 4}, {1, 6}});
         c.Tq = *seq_length();
+        const bool very_long = spec.very_long_keys && *rc::gen::weightedElement<int>({{9, 0}, {1, 1}}) == 1;
         c.Tk = long_rows ? *inRange<Index>(64, 97) : *seq_length();
         if (long_rows) c.B = 1, c.H = std::min<Index>(c.H, 2), c.Tq = std::min<Index>(c.Tq, 8);
+        if (very_long) c.Tk = *inRange<Index>(257, 600), c.B = 1, c.H = 1, c.Tq = std::min<Index>(c.Tq, 4);
         if (spec.small) c.Tq = std::min<Index>(c.Tq, 9), c.Tk = std::min<Index>(c.Tk, 9);
         c.Dk = *rc::gen::weightedOneOf<Index>({{1, rc::gen::just<Index>(1)}, {6, inRange<Index>(2, 17)},
                                                {1, rc::gen::element<Index>(32, 64)}});
@@ -221,8 +223,10 @@ rc::Gen<SdpaCase> sdpa_case(Dtype dtype, CaseSpec spec) {
         if (spec.self) c.Tk = c.Tq, c.Dv = c.Dk;
         // K/V heads: one per query head, one shared by all (stride 0), or grouped (GQA).
         c.kv_heads = c.H;
-        if (spec.grouped_kv && c.H > 1) {
-            const int kv = *rc::gen::weightedElement<int>({{6, 0}, {2, 1}, {2, 2}});
+        if (spec.force_grouped && c.H == 1) c.H = *rc::gen::element<Index>(2, 3, 4, 6);
+        if ((spec.grouped_kv || spec.force_grouped) && c.H > 1) {
+            const int kv = spec.force_grouped ? *rc::gen::element(1, 2)
+                                              : *rc::gen::weightedElement<int>({{6, 0}, {2, 1}, {2, 2}});
             if (kv == 1) c.kv_heads = 1;
             if (kv == 2) c.kv_heads = c.H % 2 == 0 && c.H > 2 ? c.H / 2 : (c.H % 3 == 0 && c.H > 3 ? c.H / 3 : 1);
         }
@@ -315,6 +319,7 @@ rc::Gen<SdpaCase> sdpa_case(Dtype dtype, CaseSpec spec) {
             c.mask_stride0 = *rc::gen::weightedElement<int>({{4, 0}, {p, 1}}) == 1;
         }
         fill_values(c, values, seed);
+        c.aux_seed = *rc::gen::arbitrary<std::uint64_t>();
         // Options.
         if (*rc::gen::weightedElement<int>({{6, 0}, {1, 1}}) == 1)
             c.options.scale = round_to(dtype, *rc::gen::element(0.5, 1.0, 0.125, 2.0, 0.3));

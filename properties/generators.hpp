@@ -32,6 +32,8 @@ struct CaseSpec {
     bool self = false;          // force Tq == Tk and Dk == Dv (q, k, v may then be one tensor)
     bool grouped_kv = true;     // allow kv_heads < H
     bool small = false;         // keep shapes tiny (properties that call the implementation many times)
+    bool force_grouped = false; // kv_heads < H always (shared or grouped K/V heads)
+    bool very_long_keys = false;  // one case in ten has Tk in [257, 600): several key blocks of `tiled`
 };
 
 // The special-value float generator (RapidCheck's gen::arbitrary<double> yields no NaN, Inf, subnormal or -0):

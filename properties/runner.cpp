@@ -3,10 +3,15 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <cstdio>
 #include <limits>
+#include <sstream>
 
+#include <cassert>
+#include <rapidcheck.h>
 #include <rapidcheck/detail/Configuration.h>
 #include <rapidcheck/detail/Results.h>
+#include <rapidcheck/detail/TestListener.h>
 
 #include "attn/problem.hpp"
 #include "attn/suite/property.hpp"
@@ -114,6 +119,19 @@ RunSettings settings_from_environment(bool thorough) {
     return s;
 }
 
+namespace {
+
+// Keeps RapidCheck from printing progress and, at exit, reproduce strings (which do not work under the Catch
+// integration anyway): the suite reports and saves failures itself.
+class QuietListener : public rc::detail::TestListener {
+public:
+    void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
+    void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
+    void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+};
+
+}  // namespace
+
 RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dtype, const RunSettings& settings) {
     const auto t0 = std::chrono::steady_clock::now();
     RunOutcome out;
@@ -150,7 +168,8 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
     std::set<Regime> missing;
     for (int round = 0; round < 4; ++round) {
         params.seed = settings.seed + static_cast<std::uint64_t>(round) * 0x9e3779b97f4a7c15ULL;
-        const rc::detail::TestResult result = rc::detail::checkTestable(body, meta, params);
+        QuietListener listener;
+        const rc::detail::TestResult result = rc::detail::checkTestable(body, meta, params, listener);
         if (result.template is<rc::detail::FailureResult>()) {
             const auto f = result.template get<rc::detail::FailureResult>();
             out.passed = false;
@@ -235,6 +254,62 @@ std::vector<std::string> replay_case(const CaseFile& file, std::vector<std::stri
         if (!verdict(*it)) problems.push_back("mutant " + name + " survives this case of " + p.name);
     }
     return problems;
+}
+
+std::vector<MutantRow> mutant_table(const RunSettings& settings, std::ostream* progress) {
+    RunSettings quick = settings;
+    quick.shrink = false;
+    quick.enforce_coverage = false;
+    quick.regressions_dir.clear();
+    std::vector<MutantRow> rows;
+    for (const Implementation* m : mutants()) {
+        MutantRow row;
+        row.mutant = m->name;
+        row.description = m->description;
+        for (const Property& p : properties()) {
+            if (!p.applies(*m)) continue;
+            for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
+                const RunOutcome o = run_property(p, *m, dtype, quick);
+                row.cases += o.cases;
+                row.seconds += o.seconds;
+                if (!o.passed) {
+                    row.killed = true;
+                    row.killed_by = p.name;
+                    row.dtype = to_string(dtype);
+                    row.config = o.config;
+                    row.reason = o.message;
+                    break;
+                }
+            }
+            if (row.killed) break;
+        }
+        if (progress) {
+            *progress << "  " << row.mutant << ": " << (row.killed ? "killed by " + row.killed_by + " (" + row.dtype + ")" : "SURVIVED")
+                      << ", " << row.cases << " cases, " << row.seconds << " s\n";
+            progress->flush();
+        }
+        rows.push_back(std::move(row));
+    }
+    return rows;
+}
+
+std::string format_mutant_table(const std::vector<MutantRow>& rows) {
+    std::ostringstream s;
+    s << "| mutant | result | first killing property | cases | seconds |\n|---|---|---|---:|---:|\n";
+    int killed = 0;
+    double total = 0;
+    for (const MutantRow& r : rows) {
+        killed += r.killed;
+        total += r.seconds;
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%.2f", r.seconds);
+        s << "| " << r.mutant << " | " << (r.killed ? "killed" : "**survived**") << " | "
+          << (r.killed ? r.killed_by + " (" + r.dtype + ")" : "-") << " | " << r.cases << " | " << secs << " |\n";
+    }
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f", total);
+    s << "\nmutation score: " << killed << "/" << rows.size() << " killed, " << secs << " s in total\n";
+    return s.str();
 }
 
 const Property& property(const std::string& name) {

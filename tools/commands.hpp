@@ -15,4 +15,7 @@ inline constexpr int not_mine = -1;
 // `attn test` and `attn verify`: the suite and the main job (commands_run.cpp).
 Action add_run_commands(CLI::App& app);
 
+// `attn properties`, `attn mutants` and `attn search`: the property suite (commands_properties.cpp).
+Action add_properties_commands(CLI::App& app);
+
 }  // namespace attn::cli

@@ -1,7 +1,7 @@
 // The list of mutants, in the order `attn mutants` reports them (the course module's mistakes first).
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 
 Implementation softmax_over_queries();
 Implementation mask_after_softmax();
@@ -31,4 +31,4 @@ std::vector<Implementation> all() {
             masked_nan_poisons_output(), nan_inputs_zeroed(), thread_dependent_sum()};
 }
 
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

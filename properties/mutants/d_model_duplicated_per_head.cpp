@@ -2,7 +2,7 @@
 // when d_model is duplicated per head rather than split.
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct DModelDuplicatedPerHead {
@@ -21,7 +21,7 @@ struct DModelDuplicatedPerHead {
             mask_scores(p, b, w);
             softmax_rows(w, p.Tq, p.Tk);
         };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
@@ -29,4 +29,4 @@ Implementation d_model_duplicated_per_head() {
     return make_mutant<DModelDuplicatedPerHead>("d_model_duplicated_per_head",
                                                 "each head scores with the full d_model instead of its own head_dim slice");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

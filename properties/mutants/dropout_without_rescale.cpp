@@ -5,7 +5,7 @@
 
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct DropoutWithoutRescale {
@@ -21,7 +21,7 @@ struct DropoutWithoutRescale {
                 if (h % 10 == 0) w[x] = 0;  // dropped; survivors keep their weight (no / (1 - p))
             }
         };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
@@ -29,4 +29,4 @@ Implementation dropout_without_rescale() {
     return make_mutant<DropoutWithoutRescale>("dropout_without_rescale",
                                               "weights are dropped with p = 0.1 and the survivors are not rescaled");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

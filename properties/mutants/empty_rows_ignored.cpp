@@ -3,7 +3,7 @@
 
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct EmptyRowsIgnored {
@@ -35,11 +35,11 @@ struct EmptyRowsIgnored {
                 }
             }
         };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
 Implementation empty_rows_ignored() {
     return make_mutant<EmptyRowsIgnored>("empty_rows_ignored", "rows with no allowed key are not handled (0/0 gives NaN)");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

@@ -1,7 +1,7 @@
 // Mutant: blocked logits are set to the finite sentinel -1e9 instead of -inf.
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct FiniteMaskSentinel {
@@ -25,11 +25,11 @@ struct FiniteMaskSentinel {
                     out[i * p.Dv + d] = acc;
                 }
         };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
 Implementation finite_mask_sentinel() {
     return make_mutant<FiniteMaskSentinel>("finite_mask_sentinel", "blocked logits get the finite sentinel -1e9 instead of -inf");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

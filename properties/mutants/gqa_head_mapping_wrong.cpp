@@ -2,7 +2,7 @@
 // broadcasting (query head h reads K/V head h / (H/G)).
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct GqaHeadMappingWrong {
@@ -23,7 +23,7 @@ struct GqaHeadMappingWrong {
         const SdpaProblem<T> p = make_sdpa_problem<T>(name, q, k, v, m, o);  // validation and the batch shape
         const Tensor<T> k_full = by_modulo(k, p.batch_shape, p.Tk, p.Dk);
         const Tensor<T> v_full = by_modulo(v, p.batch_shape, p.Tk, p.Dv);
-        return mutants::run<T>(name, q, k_full.view(), v_full.view(), m, o, {});
+        return mutant::run<T>(name, q, k_full.view(), v_full.view(), m, o, {});
     }
 };
 }  // namespace
@@ -31,4 +31,4 @@ Implementation gqa_head_mapping_wrong() {
     return make_mutant<GqaHeadMappingWrong>("gqa_head_mapping_wrong",
                                             "query head h reads K/V head h % G instead of h / (H/G)");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

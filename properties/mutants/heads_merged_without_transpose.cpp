@@ -1,7 +1,7 @@
 // Mutant: heads merged back without transposing: (H, Tq, Dv) memory viewed as (Tq, H*Dv), then split correctly.
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct HeadsMergedWithoutTranspose {
@@ -21,7 +21,7 @@ struct HeadsMergedWithoutTranspose {
                         for (Index d = 0; d < Dv; ++d) o[(h * Tq + i) * Dv + d] = block[static_cast<std::size_t>(i * H * Dv + h * Dv + d)];
             }
         };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
@@ -29,4 +29,4 @@ Implementation heads_merged_without_transpose() {
     return make_mutant<HeadsMergedWithoutTranspose>("heads_merged_without_transpose",
                                                     "heads are merged by a view of (H, Tq, Dv) as (Tq, H*Dv) without the transpose");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

@@ -1,7 +1,7 @@
 // Mutant: the mask is applied after the softmax (blocked weights zeroed afterwards, rows no longer sum to one).
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct MaskAfterSoftmax {
@@ -15,11 +15,11 @@ struct MaskAfterSoftmax {
                 for (Index j = 0; j < p.Tk; ++j)
                     if (!p.allowed(b, i, j)) w[static_cast<std::size_t>(i * p.Tk + j)] = 0;
         };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
 Implementation mask_after_softmax() {
     return make_mutant<MaskAfterSoftmax>("mask_after_softmax", "blocked weights are zeroed after the softmax, not -inf before it");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

@@ -2,7 +2,7 @@
 // nobody may read still poisons the output (0 * NaN = NaN).
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct MaskedNanPoisonsOutput {
@@ -17,7 +17,7 @@ struct MaskedNanPoisonsOutput {
                     out[i * p.Dv + d] = acc;
                 }
         };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
@@ -25,4 +25,4 @@ Implementation masked_nan_poisons_output() {
     return make_mutant<MaskedNanPoisonsOutput>("masked_nan_poisons_output",
                                                "blocked value rows enter the mix with weight 0, so their NaN/Inf leaks");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

@@ -19,7 +19,7 @@
 #include "attn/problem.hpp"
 #include "attn/suite/registry.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 
 template <class T>
 struct Steps {
@@ -59,8 +59,12 @@ void softmax_rows(std::vector<T>& s, Index Tq, Index Tk) {
     for (Index i = 0; i < Tq; ++i) {
         T* row = s.data() + i * Tk;
         T row_max = -std::numeric_limits<T>::infinity();
-        for (Index j = 0; j < Tk; ++j) row_max = std::max(row_max, row[j]);
-        if (row_max == -std::numeric_limits<T>::infinity()) {
+        bool any = false;  // a key that is not -inf (NaN counts: it must propagate, not vanish as an empty row)
+        for (Index j = 0; j < Tk; ++j) {
+            any |= row[j] != -std::numeric_limits<T>::infinity();
+            row_max = std::max(row_max, row[j]);
+        }
+        if (!any) {
             std::fill_n(row, Tk, T(0));
             continue;
         }
@@ -145,4 +149,4 @@ Implementation make_mutant(const std::string& name, const std::string& descripti
 // Every mutant (one file each under properties/mutants/).
 std::vector<Implementation> all();
 
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

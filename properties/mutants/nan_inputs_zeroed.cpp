@@ -4,7 +4,7 @@
 
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct NanInputsZeroed {
@@ -20,11 +20,11 @@ struct NanInputsZeroed {
                     if (nan) std::fill_n(row, p.Dv, T(0));
                 }
             };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
 Implementation nan_inputs_zeroed() {
     return make_mutant<NanInputsZeroed>("nan_inputs_zeroed", "under the Zero policy, rows with a NaN are zeroed like empty rows");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

@@ -1,7 +1,7 @@
 // Mutant: softmax without subtracting the row maximum (exp overflows for large logits).
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct NoMaxSubtraction {
@@ -18,11 +18,11 @@ struct NoMaxSubtraction {
                 for (Index j = 0; j < p.Tk; ++j) row[j] = sum == 0 && row[j] == 0 ? T(0) : row[j] / sum;
             }
         };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
 Implementation no_max_subtraction() {
     return make_mutant<NoMaxSubtraction>("no_max_subtraction", "softmax exponentiates the raw logits (no max subtraction)");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

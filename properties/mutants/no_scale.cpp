@@ -1,7 +1,7 @@
 // Mutant: the logits are not scaled (q k^T instead of q k^T / sqrt(Dk)).
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct NoScale {
@@ -13,9 +13,9 @@ struct NoScale {
             mask_scores(p, b, w);
             softmax_rows(w, p.Tq, p.Tk);
         };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
 Implementation no_scale() { return make_mutant<NoScale>("no_scale", "logits are q k^T, never multiplied by the scale"); }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

@@ -3,7 +3,7 @@
 
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct ScaleByDk {
@@ -11,9 +11,9 @@ struct ScaleByDk {
                              std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
         SdpaOptions wrong = o;
         if (!wrong.scale && q.rank() >= 1 && q.dim(-1) > 0) wrong.scale = 1.0 / static_cast<double>(q.dim(-1));
-        return mutants::run<T>(name, q, k, v, m, wrong, {});
+        return mutant::run<T>(name, q, k, v, m, wrong, {});
     }
 };
 }  // namespace
 Implementation scale_by_dk() { return make_mutant<ScaleByDk>("scale_by_dk", "the default scale is 1/Dk instead of 1/sqrt(Dk)"); }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

@@ -1,7 +1,7 @@
 // Mutant: softmax over queries (dim=-2) instead of keys; columns sum to one, rows do not.
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct SoftmaxOverQueries {
@@ -19,7 +19,7 @@ struct SoftmaxOverQueries {
             for (Index i = 0; i < p.Tq; ++i)
                 for (Index j = 0; j < p.Tk; ++j) w[static_cast<std::size_t>(i * p.Tk + j)] = wt[static_cast<std::size_t>(j * p.Tq + i)];
         };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
@@ -27,4 +27,4 @@ Implementation softmax_over_queries() {
     return make_mutant<SoftmaxOverQueries>("softmax_over_queries",
                                            "softmax normalises over queries (dim=-2) instead of keys");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

@@ -7,7 +7,7 @@
 
 #include "naive.hpp"
 
-namespace attn::suite::mutants {
+namespace attn::suite::mutant {
 namespace {
 template <class T>
 struct ThreadDependentSum {
@@ -33,11 +33,11 @@ struct ThreadDependentSum {
                     out[i * p.Dv + d] = total;
                 }
         };
-        return mutants::run<T>(name, q, k, v, m, o, steps);
+        return mutant::run<T>(name, q, k, v, m, o, steps);
     }
 };
 }  // namespace
 Implementation thread_dependent_sum() {
     return make_mutant<ThreadDependentSum>("thread_dependent_sum", "the value mix is summed in one chunk per thread, so bits depend on the thread count");
 }
-}  // namespace attn::suite::mutants
+}  // namespace attn::suite::mutant

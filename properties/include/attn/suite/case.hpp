@@ -15,6 +15,7 @@ namespace attn::suite {
 
 enum class Dtype { Float, Double };
 const char* to_string(Dtype dtype);
+using attn::to_string;
 
 // Shapes (the letters of the whole project):
 //   q (B, H, Tq, Dk); k (B, kv_heads, Tk, Dk); v (B, kv_heads, Tk, Dv); output (B, H, Tq, Dv).

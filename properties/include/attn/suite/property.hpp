@@ -80,6 +80,25 @@ struct RunOutcome {
 
 RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dtype, const RunSettings& settings);
 
+// One row of the mutant table: the first property (in properties() order, float then double) that killed it.
+struct MutantRow {
+    std::string mutant;
+    std::string description;
+    bool killed = false;
+    std::string killed_by;  // property name
+    std::string dtype;
+    std::string config;     // the killing case
+    std::string reason;
+    int cases = 0;          // cases run until the kill (all properties tried so far)
+    double seconds = 0;
+};
+
+// Runs every property against every mutant until one kills it (no shrinking, no coverage contract, nothing
+// written). `progress` (may be null) gets one line per mutant as it finishes.
+std::vector<MutantRow> mutant_table(const RunSettings& settings, std::ostream* progress);
+// The table as Markdown (mutant | killed | first killing property | cases | seconds), with the mutation score.
+std::string format_mutant_table(const std::vector<MutantRow>& rows);
+
 // Replays one case file: the property must hold for the named implementation(s) (every correct one for "*"),
 // and fail for every mutant in `kills`. Returns the problems found (empty = replay passes); implementations not
 // registered in this build are reported in `skipped`.
