@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include <cassert>
@@ -52,7 +53,9 @@ TEST_CASE("every mutant is killed by some property", "[mutants]") {
     RunSettings settings = settings_from_environment(false);
     print_seed(settings);
     const std::vector<MutantRow> rows = mutant_table(settings, &std::cout);
-    std::cout << "\n" << format_mutant_table(rows);
+    const std::string table = format_mutant_table(rows);
+    std::cout << "\n" << table;
+    if (const char* path = std::getenv("ATTN_MUTANT_TABLE")) std::ofstream(path) << table;
     REQUIRE(!rows.empty());
     for (const MutantRow& r : rows) {
         INFO("mutant " << r.mutant << " (" << r.description << ") survived every property: a property is missing");
