@@ -18,4 +18,7 @@ Action add_run_commands(CLI::App& app);
 // `attn properties`, `attn mutants` and `attn search`: the property suite (commands_properties.cpp).
 Action add_properties_commands(CLI::App& app);
 
+// `attn sdpa`: scaled dot-product attention on .npy files (commands_sdpa.cpp).
+Action add_sdpa_command(CLI::App& app);
+
 }  // namespace attn::cli
