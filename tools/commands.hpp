@@ -21,4 +21,7 @@ Action add_properties_commands(CLI::App& app);
 // `attn sdpa`: scaled dot-product attention on .npy files (commands_sdpa.cpp).
 Action add_sdpa_command(CLI::App& app);
 
+// `attn oracle`, `attn check` and `attn oracle-sweep`: the oracle on .npy files (commands_oracle.cpp).
+Action add_oracle_commands(CLI::App& app);
+
 }  // namespace attn::cli
