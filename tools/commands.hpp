@@ -24,4 +24,7 @@ Action add_sdpa_command(CLI::App& app);
 // `attn oracle`, `attn check` and `attn oracle-sweep`: the oracle on .npy files (commands_oracle.cpp).
 Action add_oracle_commands(CLI::App& app);
 
+// `attn mha`: multi-head attention on .npy files, PyTorch parameter layouts (commands_mha.cpp).
+Action add_mha_command(CLI::App& app);
+
 }  // namespace attn::cli
