@@ -30,7 +30,7 @@ void save(SdpaCase c, const std::string& property, std::vector<std::string> kill
     CaseFile f;
     f.sdpa = std::move(c);
     f.property = property;
-    f.implementation = "*";
+    f.implementation.assign(1, '*');  // every correct implementation
     f.kills = std::move(kills);
     f.note = note;
     f.source = source;
