@@ -1,5 +1,4 @@
 // attn: the command-line program (tests, verification, and attention on .npy files).
-#include <exception>
 #include <iostream>
 #include <vector>
 
@@ -12,10 +11,11 @@ int main(int argc, char** argv) {
     // One line per command family; each action answers not_mine unless its subcommand was parsed.
     const std::vector<attn::cli::Action> actions = {
         attn::cli::add_run_commands(app),
+        attn::cli::add_properties_commands(app),
         attn::cli::add_sdpa_command(app),
+        attn::cli::add_oracle_commands(app),
         attn::cli::add_mha_command(app),
         attn::cli::add_bench_command(app),
-        attn::cli::add_oracle_commands(app),
     };
     try {
         app.parse(argc, argv);
@@ -29,9 +29,6 @@ int main(int argc, char** argv) {
         }
         return 2;
     } catch (const attn::Error& e) {
-        std::cerr << "attn: " << e.what() << "\n";
-        return 2;
-    } catch (const std::exception& e) {  // out of memory and the like: still a message and exit 2, never an abort
         std::cerr << "attn: " << e.what() << "\n";
         return 2;
     }
