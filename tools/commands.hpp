@@ -15,4 +15,7 @@ inline constexpr int not_mine = -1;
 // `attn test` and `attn verify`: the suite and the main job (commands_run.cpp).
 Action add_run_commands(CLI::App& app);
 
+// `attn report`: the accuracy report and its drift check (commands_report.cpp).
+Action add_report_command(CLI::App& app);
+
 }  // namespace attn::cli
