@@ -188,7 +188,9 @@ Inputs<T> make_inputs(const Case& c) {
     const Shape q_shape{c.B, c.H, c.Tq, c.Dk}, k_shape{c.B, c.H, c.Tk, c.Dk}, v_shape{c.B, c.H, c.Tk, c.Dv};
     const double tiny = static_cast<double>(std::numeric_limits<T>::min());  // smallest normal of T
     const auto normal = [&] { return rng.normal(); };
-    const auto wide = [&] { return (rng.coin() ? -1.0 : 1.0) * std::exp2(-10.0 + 20.0 * rng.uniform()); };
+    const auto signed_binades = [&](double lo, double hi) {
+        return (rng.coin() ? -1.0 : 1.0) * std::exp2(lo + (hi - lo) * rng.uniform());
+    };
     // 2^-1 .. 2^-24 below the smallest normal: subnormal (a few round to zero, also a case worth having).
     const auto subnormal = [&] { return rng.normal() * tiny * std::exp2(-1.0 - 23.0 * rng.uniform()); };
 
@@ -223,9 +225,11 @@ Inputs<T> make_inputs(const Case& c) {
             break;
         }
         case Distribution::WideRange:
-            in.q = filled<T>(q_shape, wide);
-            in.k = filled<T>(k_shape, wide);
-            in.v = filled<T>(v_shape, wide);
+            // Four binades in q and k keep several keys in play (twenty would make every softmax one-hot and
+            // every output an exact copy of a value row); forty binades in v.
+            in.q = filled<T>(q_shape, [&] { return signed_binades(-3, 1); });
+            in.k = filled<T>(k_shape, [&] { return signed_binades(-3, 1); });
+            in.v = filled<T>(v_shape, [&] { return signed_binades(-20, 20); });
             break;
         case Distribution::Subnormal: {
             const auto mixed = [&] { return rng.uniform() < 0.25 ? subnormal() : rng.normal(); };

@@ -92,6 +92,9 @@ bool run_gnuplot(const fs::path& script, std::string& problem) {
 
 const char* colour(DType dtype) { return dtype == DType::Float ? "#1f77b4" : "#d62728"; }
 
+// Unit roundoff u of the dtype: 2^-24 for float, 2^-53 for double.
+double unit_roundoff(DType dtype) { return dtype == DType::Float ? 0x1.0p-24 : 0x1.0p-53; }
+
 }  // namespace
 
 Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
@@ -108,7 +111,7 @@ Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
     std::vector<std::string> impls;
     for (const Row& row : rows)
         if (std::find(impls.begin(), impls.end(), row.impl) == impls.end()) impls.push_back(row.impl);
-    const std::string terminal = "set terminal svg size 1100,440 font 'Helvetica,13' background rgb 'white' noenhanced\n";
+    const std::string terminal = "set terminal svg size 1500,460 font 'Helvetica,13' background rgb 'white' noenhanced\n";
 
     for (const std::string& impl : impls) {
         for (const Sweep& sweep : sweeps) {
@@ -120,51 +123,56 @@ Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
                 if (!first) first = &row;
             }
             if (!first) continue;
-            std::vector<double> ulps, tightness;
+            std::vector<double> ulps, rels, tightness;
             for (auto& [dtype, list] : series) {
                 std::sort(list.begin(), list.end(),
                           [&](const Row* a, const Row* b) { return sweep.x(a->grid_case) < sweep.x(b->grid_case); });
                 for (const Row* r : list) {
                     ulps.push_back(r->max_ulp);
                     ulps.push_back(r->p99_ulp);
+                    rels.push_back(r->max_rel / unit_roundoff(dtype));
                     tightness.push_back(r->max_tightness);
                 }
             }
             const LogAxis ulp_axis = log_axis(ulps, 1);
+            const LogAxis rel_axis = log_axis(rels, 1);
             const LogAxis tight_axis = log_axis(tightness, 1);
             const std::string base = std::string(sweep.file) + "_" + impl;
-            std::ostringstream ulp_plot, tight_plot;
+            std::ostringstream ulp_plot, rel_plot, tight_plot;
             for (auto& [dtype, list] : series) {
                 const fs::path data = work / (base + "_" + to_string(dtype) + ".dat");
                 std::ofstream out(data);
-                out << "# x max_ulp p99_ulp max_tightness\n";
+                out << "# x max_ulp p99_ulp max_rel/u max_tightness\n";
                 for (const Row* r : list)
                     out << sweep.x(r->grid_case) << " " << shown(r->max_ulp, ulp_axis) << " "
-                        << shown(r->p99_ulp, ulp_axis) << " " << shown(r->max_tightness, tight_axis) << "\n";
+                        << shown(r->p99_ulp, ulp_axis) << " " << shown(r->max_rel / unit_roundoff(dtype), rel_axis)
+                        << " " << shown(r->max_tightness, tight_axis) << "\n";
                 const std::string d = quoted(data.string()), c = colour(dtype), n = to_string(dtype);
-                ulp_plot << (ulp_plot.tellp() > 0 ? ", " : "") << d << " using 1:2 with linespoints lw 2 pt 7 lc rgb '"
-                         << c << "' title '" << n << " max', " << d << " using 1:3 with linespoints lw 1.5 dt 2 pt 6 lc rgb '"
-                         << c << "' title '" << n << " p99'";
-                tight_plot << (tight_plot.tellp() > 0 ? ", " : "") << d
-                           << " using 1:4 with linespoints lw 2 pt 7 lc rgb '" << c << "' title '" << n << " max'";
+                const std::string sep = ulp_plot.tellp() > 0 ? ", " : "";
+                ulp_plot << sep << d << " using 1:2 with linespoints lw 2 pt 7 lc rgb '" << c << "' title '" << n
+                         << " max', " << d << " using 1:3 with linespoints lw 1.5 dt 2 pt 6 lc rgb '" << c
+                         << "' title '" << n << " p99'";
+                rel_plot << sep << d << " using 1:4 with linespoints lw 2 pt 7 lc rgb '" << c << "' title '" << n << "'";
+                tight_plot << sep << d << " using 1:5 with linespoints lw 2 pt 7 lc rgb '" << c << "' title '" << n << "'";
             }
             const fs::path svg = plot_dir / (base + ".svg");
             const fs::path script = work / (base + ".gp");
             std::ofstream gp(script);
+            const auto panel = [&](const char* title, const char* ylabel, const LogAxis& axis) {
+                gp << "set title '" << title << "'\nset ylabel '" << ylabel << "'\n"
+                   << "set yrange [" << fmt_g(axis.zero_at / 2) << ":*]\nset ytics " << axis.tics << "\n";
+            };
             gp << terminal << "set output " << quoted(svg.string()) << "\n"
-               << "set multiplot layout 1,2 title " << quoted(impl + ": " + sweep.what + " (" + fixed_fields(sweep, first->grid_case) + ")") << "\n"
+               << "set multiplot layout 1,3 title "
+               << quoted(impl + ": " + sweep.what + " (" + fixed_fields(sweep, first->grid_case) + ")") << "\n"
                << "set logscale x 2\nset logscale y 10\nset grid\nset key top left box opaque\n"
-               << "set xlabel " << quoted(sweep.xlabel) << "\n"
-               << "set ylabel 'error in ulps of the dtype (max and 99th percentile over elements)'\n"
-               << "set yrange [" << fmt_g(ulp_axis.zero_at / 2) << ":*]\n"
-               << "set ytics " << ulp_axis.tics << "\n"
-               << "set title 'error in ulps'\n"
-               << "plot " << ulp_plot.str() << "\n"
-               << "set ylabel 'max error / bound (tightness; > 1 is a violation)'\n"
-               << "set yrange [" << fmt_g(tight_axis.zero_at / 2) << ":*]\n"
-               << "set ytics " << tight_axis.tics << "\n"
-               << "set title 'tightness'\n"
-               << "plot " << tight_plot.str() << ", 1 with lines dt 3 lw 2 lc rgb 'black' title 'bound (tightness 1)'\n"
+               << "set xlabel " << quoted(sweep.xlabel) << "\n";
+            panel("error in ulps (max, 99th percentile)", "ulps of the dtype", ulp_axis);
+            gp << "plot " << ulp_plot.str() << "\n";
+            panel("max relative error / u", "relative error in units of u", rel_axis);
+            gp << "plot " << rel_plot.str() << "\n";
+            panel("max error / bound (tightness)", "tightness (> 1 is a violation)", tight_axis);
+            gp << "plot " << tight_plot.str() << ", 1 with lines dt 3 lw 2 lc rgb 'black' title 'bound'\n"
                << "unset multiplot\n";
             gp.close();
             std::string problem;
@@ -202,19 +210,24 @@ Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
             for (const auto& n : series_names) out << " " << counts[n][decade];
             out << "\n";
         };
-        line("0 (exact)", -1000);
+        line("0 (exact)", -1000);  // no error at all
         for (int d = std::min(lowest, -1); d <= -1; ++d)
-            line("1e" + std::to_string(d) + "..1e" + std::to_string(d + 1), d);
-        line("> 1 (violation)", 1);
+            line("1e" + std::to_string(d), d);
+        line("> 1 (violates)", 1);
         out.close();
+        Index tallest = 1;
+        for (const auto& [name, bins] : counts)
+            for (const auto& [decade, n] : bins) tallest = std::max(tallest, n);
         const fs::path svg = plot_dir / "tightness_histogram.svg";
         const fs::path script = work / "tightness_histogram.gp";
         std::ofstream gp(script);
-        gp << terminal << "set output " << quoted(svg.string()) << "\n"
+        gp << "set terminal svg size 1100,480 font 'Helvetica,13' background rgb 'white' noenhanced\n"
+           << "set output " << quoted(svg.string()) << "\n"
            << "set title 'Rows by max error / bound (tightness): healthy rows sit in 0.01..1, far left means a loose bound'\n"
            << "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.85 border -1\n"
-           << "set boxwidth 0.9\nset xtics rotate by -30\nset grid ytics\nset key top left box opaque\n"
-           << "set xlabel 'max error / bound of the row (decade)'\nset ylabel 'rows'\nset yrange [0:*]\n"
+           << "set boxwidth 0.9\nset xtics rotate by -45\nset grid ytics\nset key top left box opaque\nset rmargin 8\n"
+           << "set xlabel 'max error / bound of the row (bin 1e-3 holds 1e-3 <= tightness < 1e-2)'\n"
+           << "set ylabel 'rows'\nset yrange [0:" << fmt_g(1.15 * static_cast<double>(tallest) + 0.5) << "]\n"
            << "plot " << quoted(data.string()) << " using 2:xtic(1) title columnheader(2)";
         if (series_names.size() > 1) gp << ", for [i=3:" << series_names.size() + 1 << "] '' using i title columnheader(i)";
         gp << "\n";

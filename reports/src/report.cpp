@@ -373,7 +373,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     // 2. The sweep.
     const std::vector<Case> cases = make_grid(options.grid);
     log << "attn report: grid " << to_string(options.grid) << ", " << cases.size() << " cases x 2 dtypes x "
-        << impls.size() << " implementations\n";
+        << impls.size() << " implementations" << std::endl;
     run.rows = sweep(cases, impls, options.jobs, "report");
     run.summaries = summarize(run.rows);
 

@@ -16,7 +16,7 @@ enum class Distribution {
     Normal,       // q, k, v ~ N(0, 1): logits ~ N(0, 1) after the 1/sqrt(Dk) scale
     LargeLogits,  // q, k ~ N(0, sqrt(logit_std)): logits ~ N(0, logit_std^2); v ~ N(0, 1)
     NearTies,     // every key row is one row plus 2^-18-relative noise: logits differ by a few ulps
-    WideRange,    // |x| = 2^U(-10, 10) with random signs in q, k and v: twenty binades
+    WideRange,    // random signs, |q|, |k| = 2^U(-3, 1) and |v| = 2^U(-20, 20): forty binades in the weighted sum
     Subnormal,    // v subnormal in the dtype, a quarter of q and k subnormal: gradual underflow everywhere
 };
 
