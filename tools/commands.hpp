@@ -18,4 +18,7 @@ Action add_run_commands(CLI::App& app);
 // `attn report`: the accuracy report and its drift check (commands_report.cpp).
 Action add_report_command(CLI::App& app);
 
+// `attn bench [--quick] [--json FILE]`: speed and memory of the backends (commands_bench.cpp).
+Action add_bench_command(CLI::App& app);
+
 }  // namespace attn::cli

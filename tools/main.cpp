@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
     const std::vector<attn::cli::Action> actions = {
         attn::cli::add_run_commands(app),
         attn::cli::add_report_command(app),
+        attn::cli::add_bench_command(app),
     };
     try {
         app.parse(argc, argv);

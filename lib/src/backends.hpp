@@ -22,6 +22,10 @@ template <class T>
 void sdpa_tiled(const SdpaProblem<T>& problem, const std::vector<Readability>& readable, const SdpaOptions& options,
                 T* output);
 
+// x[i] = exp(x[i]) for i < n with the exp the tiled kernel uses (Highway's Exp), so its accuracy can be measured.
+template <class T>
+void tiled_exp(T* x, Index n);
+
 // Output row (Dv) and weights row (Tk, may be null) of a query with no allowed key: 0 under Zero, NaN under Nan.
 template <class T>
 void write_empty_row(EmptyRowPolicy policy, T* output_row, Index Dv, T* weights_row, Index Tk);

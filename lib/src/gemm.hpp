@@ -12,6 +12,24 @@ template <class T>
 void gemm(bool transpose_a, bool transpose_b, Index m, Index n, Index k, T alpha, const T* a, Index rs_a, Index cs_a,
           const T* b, Index rs_b, Index cs_b, T beta, T* c, Index rs_c, Index cs_c);
 
+// The native gemm micro-kernel's tile (BLIS's MR x NR for T on this CPU, e.g. 6 x 16 for float with AVX2).
+struct MicroTile {
+    Index mr, nr;
+};
+template <class T>
+MicroTile micro_tile();
+
+// Whole micro-tiles straight through BLIS's native micro-kernel, on operands the caller packed once and reuses
+// (no per-call packing; this is how a fused kernel keeps its blocks in cache). For i < m_panels, j < n_panels:
+//   C_ij (mr x nr) = alpha * A_i (mr x k) @ B_j (k x nr) + beta * C_ij
+// A_i at a + i * ps_a holds column p at a_i + p * mr; B_j at b + j * ps_b holds row p at b_j + p * nr;
+// C_ij starts at c + i * ts_m + j * ts_n with element strides rs_c (rows), cs_c (columns), cs_c = 1 being the
+// kernel's preferred storage. Each dot product is a sequential (FMA) sum over p = 0..k-1. Packed buffers must be
+// 64-byte aligned with ps_a, ps_b multiples of 16 elements. Single-threaded, like gemm.
+template <class T>
+void packed_gemm(Index m_panels, Index n_panels, Index k, T alpha, const T* a, Index ps_a, const T* b, Index ps_b,
+                 T beta, T* c, Index rs_c, Index cs_c, Index ts_m, Index ts_n);
+
 // BLIS's version string, for reports.
 const char* blis_version();
 

@@ -1,18 +1,25 @@
 // Backend `tiled`: FlashAttention-style online softmax over key blocks; never holds a Tq x Tk matrix.
 //
 // Shapes per batch element b: q (Tq, Dk), k (Tk, Dk), v (Tk, Dv), output (Tq, Dv). Work items are
-// (b, block of query rows); each thread keeps its own workspace: the readable keys of the batch element it is
-// on, gathered (kc (n, Dk), vc (n, Dv)), and for its query block the scores s (Bq, Bk), the accumulator
-// acc (Bq, Dv), the running max m and sum l. Memory per thread: O((Bq + n) * D + Bq * Bk).
-// The numbered passes and their rounding structure are documented in attn/tiled.hpp (TiledKernelInfo).
+// (b, block of Bq query rows). Everything runs transposed so that one SIMD lane is one query:
+//   s^T (keys, queries) = scale * k (keys, Dk) @ q^T (Dk, queries)        BLIS micro-kernel, k as the A operand
+//   acc^T (Dv, queries) = c * acc^T + v^T (Dv, keys) @ p^T (keys, queries) BLIS micro-kernel, p^T as the B operand
+// The micro-kernel writes s^T tiles (mr keys x nr queries, row-stored) exactly where the second product reads
+// p^T as its packed B panel, so the scores are never repacked; the softmax pass walks keys with nr queries in
+// the lanes (row max, exp and sum are element-wise, no horizontal reductions). k and v are packed once per
+// batch element and thread (readable keys only), q once per item.
+// Memory per thread: packed k and v (n readable keys x D), packed q and acc (Bq x D), scores (Bq x Bk).
+// The rounding structure is documented in attn/tiled.hpp (TiledKernelInfo).
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include <hwy/aligned_allocator.h>
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
 
@@ -26,188 +33,240 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 namespace {
 
-// max over s[0, n) (-inf when n == 0 or all -inf).
-template <class T>
-T block_max(const T* s, Index n) {
-    const hn::ScalableTag<T> d;
-    const Index N = static_cast<Index>(hn::Lanes(d));
-    auto vmax = hn::Set(d, -std::numeric_limits<T>::infinity());
-    Index j = 0;
-    for (; j + N <= n; j += N) vmax = hn::Max(vmax, hn::LoadU(d, s + j));
-    T m = hn::GetLane(hn::MaxOfLanes(d, vmax));
-    for (; j < n; ++j) m = std::max(m, s[j]);
-    return m;
-}
+Index round_up(Index x, Index m) { return (x + m - 1) / m * m; }
 
-// Whether every s[0, n) is finite (a logit that overflowed is Inf or NaN).
+// A 64-byte aligned buffer that only grows (BLIS reads packed panels with aligned loads).
 template <class T>
-bool block_finite(const T* s, Index n) {
-    const hn::ScalableTag<T> d;
-    const Index N = static_cast<Index>(hn::Lanes(d));
-    auto ok = hn::IsFinite(hn::Set(d, T(0)));
-    Index j = 0;
-    for (; j + N <= n; j += N) ok = hn::And(ok, hn::IsFinite(hn::LoadU(d, s + j)));
-    if (!hn::AllTrue(d, ok)) return false;
-    for (; j < n; ++j)
-        if (!std::isfinite(s[j])) return false;
-    return true;
-}
-
-// s[j] = Exp(s[j] - row_max) for j in [0, n); returns their sum: lane-wise partial sums, then over lanes.
-// The tail goes through the same vector Exp (padded with -inf, which gives 0), so every element sees one exp.
-template <class T>
-T block_exp_sum(T* s, Index n, T row_max) {
-    const hn::ScalableTag<T> d;
-    const Index N = static_cast<Index>(hn::Lanes(d));
-    const auto vm = hn::Set(d, row_max);
-    auto vsum0 = hn::Zero(d), vsum1 = hn::Zero(d);
-    Index j = 0;
-    for (; j + 2 * N <= n; j += 2 * N) {
-        const auto p0 = hn::Exp(d, hn::Sub(hn::LoadU(d, s + j), vm));
-        const auto p1 = hn::Exp(d, hn::Sub(hn::LoadU(d, s + j + N), vm));
-        hn::StoreU(p0, d, s + j);
-        hn::StoreU(p1, d, s + j + N);
-        vsum0 = hn::Add(vsum0, p0);
-        vsum1 = hn::Add(vsum1, p1);
+struct Buffer {
+    hwy::AlignedFreeUniquePtr<T[]> data;
+    Index size = 0;
+    T* get(Index n) {
+        if (n > size) {
+            data = hwy::AllocateAligned<T>(static_cast<std::size_t>(n));
+            size = n;
+        }
+        return data.get();
     }
-    for (; j < n; j += N) {
-        HWY_ALIGN T tail[hn::MaxLanes(d)];
-        const Index r = std::min(N, n - j);
-        std::fill_n(tail, N, -std::numeric_limits<T>::infinity());
-        std::copy_n(s + j, r, tail);
-        const auto p = hn::Exp(d, hn::Sub(hn::Load(d, tail), vm));
-        hn::Store(p, d, tail);
-        std::copy_n(tail, r, s + j);
-        vsum0 = hn::Add(vsum0, p);
-    }
-    return hn::GetLane(hn::SumOfLanes(d, hn::Add(vsum0, vsum1)));
-}
+};
 
-// The keys a row may read end at `end` (exclusive, in original key positions); causal_end gives it per row.
+// Keys a query row may read under the causal rule end at this position (exclusive, original key positions).
 Index causal_end(Index i, Index Tq, Index Tk, CausalAlignment alignment) {
     return std::clamp<Index>(alignment == CausalAlignment::TopLeft ? i + 1 : i + 1 + Tk - Tq, 0, Tk);
 }
 
-// One thread's buffers, reused across its work items (the gathered keys are reused while b does not change).
+// Sizes of one call, derived from the micro-tile.
+struct Layout {
+    Index mr, nr;
+    Index Bq, Bk, Bk_pad;        // Bk_pad: the key block rounded up to whole mr panels
+    Index q_panels;              // nr-query panels per item
+    Index ps_q, ps_k, ps_v;      // panel strides (elements) of packed q, k (per key panel), v (per Dv panel)
+    Index k_block_stride;        // elements per packed key block
+    Index Dv_pad, dv_panels;
+    Index n;                     // readable keys of the current batch element
+};
+
+// One thread's buffers, reused across its items (the packed keys while b does not change).
 template <class T>
 struct Workspace {
     Index b = -1;
-    std::vector<Index> keys;    // readable key positions of batch element b, ascending
-    std::vector<T> kc, vc;      // (n, Dk), (n, Dv): the readable rows only, so unread NaN/Inf never enter a product
-    std::vector<T> qc;          // (Bq, Dk)
-    std::vector<T> s;           // (Bq, Bk)
-    std::vector<T> acc;         // (Bq, Dv)
-    std::vector<T> row_max, row_sum;
-    std::vector<Index> row_end;  // per query row: readable keys [0, row_end) pass the causal rule
+    std::vector<Index> keys;  // readable key positions of batch element b, ascending
+    Buffer<T> kp, vp, qp, sp, acc;
+    std::vector<T> row_max, row_sum;  // per lane (query)
+    std::vector<Index> row_end;       // per lane: readable keys [0, row_end) pass the causal rule
+    std::vector<Index> panel_end, panel_all_see;  // per query panel: max and min of row_end over its rows
 };
 
+// k -> key blocks of Bk keys, each as mr-key panels: panel element (key r, dim p) at p * mr + r (zero padded);
+// v -> mr-dim panels over all n keys: element (key c, dim r) at c * mr + r. Unreadable rows never enter.
 template <class T>
-void gather_keys(const SdpaProblem<T>& p, const Readability& r, Index b, Workspace<T>& w) {
+void pack_keys(const SdpaProblem<T>& p, const Readability& r, Index b, Layout& L, Workspace<T>& w) {
     w.b = b;
     w.keys.clear();
     for (Index j = 0; j < p.Tk; ++j)
         if (r.key_readable[static_cast<std::size_t>(j)]) w.keys.push_back(j);
     const Index n = static_cast<Index>(w.keys.size());
-    w.kc.resize(static_cast<std::size_t>(n * p.Dk));
-    w.vc.resize(static_cast<std::size_t>(n * p.Dv));
+    L.n = n;
+    const Index key_blocks = (n + L.Bk - 1) / L.Bk;
+    T* kp = w.kp.get(std::max<Index>(1, key_blocks * L.k_block_stride));
     const Index ks = p.k.stride(-1), vs = p.v.stride(-1);
-    for (Index c = 0; c < n; ++c) {
-        const T* krow = p.k_row(b, w.keys[c]);
-        const T* vrow = p.v_row(b, w.keys[c]);
-        T* kdst = w.kc.data() + c * p.Dk;
-        T* vdst = w.vc.data() + c * p.Dv;
-        for (Index d = 0; d < p.Dk; ++d) kdst[d] = krow[d * ks];
-        for (Index d = 0; d < p.Dv; ++d) vdst[d] = vrow[d * vs];
+    for (Index kb = 0; kb < key_blocks; ++kb) {
+        const Index c0 = kb * L.Bk, nb = std::min(L.Bk, n - c0);
+        T* block = kp + kb * L.k_block_stride;
+        for (Index ip = 0; ip < L.Bk_pad / L.mr; ++ip) {
+            T* panel = block + ip * L.ps_k;
+            for (Index rr = 0; rr < L.mr; ++rr) {
+                const Index c = ip * L.mr + rr;
+                const T* krow = c < nb ? p.k_row(b, w.keys[c0 + c]) : nullptr;
+                for (Index d = 0; d < p.Dk; ++d) panel[d * L.mr + rr] = krow ? krow[d * ks] : T(0);
+            }
+        }
     }
+    L.ps_v = round_up(std::max<Index>(n, 1) * L.mr, 16);
+    T* vp = w.vp.get(L.dv_panels * L.ps_v);
+    for (Index id = 0; id < L.dv_panels; ++id) {
+        T* panel = vp + id * L.ps_v;
+        for (Index c = 0; c < n; ++c) {
+            const T* vrow = p.v_row(b, w.keys[c]);
+            for (Index rr = 0; rr < L.mr; ++rr) {
+                const Index d = id * L.mr + rr;
+                panel[c * L.mr + rr] = d < p.Dv ? vrow[d * vs] : T(0);
+            }
+        }
+    }
+}
+
+// Online softmax over one key block for the nr queries of one panel (lanes), keys [0, nb) of s (Bk_pad, nr):
+// m_new = max(m, max_c s_c); p_c = Exp(s_c - m_new) in place; c = Exp(m - m_new); l = c l + sum_c p_c (the sum
+// sequential over keys); acc (Dv_pad, nr) *= c. Rows with nothing allowed yet keep m = -inf and get p = 0.
+template <class D, class T = hn::TFromD<D>>
+void online_softmax(D d, T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_pad) {
+    const Index N = static_cast<Index>(hn::Lanes(d));
+    const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
+    for (Index x = 0; x < nr; x += N) {
+        const auto m_old = hn::LoadU(d, m + x);
+        auto m_new = m_old;
+        for (Index c = 0; c < nb; ++c) m_new = hn::Max(m_new, hn::LoadU(d, s + c * nr + x));
+        // Subtract 0 where the max is still -inf: exp(-inf - 0) = 0, never exp(-inf - -inf) = NaN.
+        const auto m_sub = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
+        auto sum = hn::Zero(d);
+        for (Index c = 0; c < nb; ++c) {
+            const auto pc = hn::Exp(d, hn::Sub(hn::LoadU(d, s + c * nr + x), m_sub));
+            hn::StoreU(pc, d, s + c * nr + x);
+            sum = hn::Add(sum, pc);
+        }
+        const auto rescale = hn::Exp(d, hn::Sub(m_old, m_sub));  // 1 when the max did not move, 0 from -inf
+        hn::StoreU(m_new, d, m + x);
+        hn::StoreU(hn::MulAdd(hn::LoadU(d, l + x), rescale, sum), d, l + x);
+        for (Index dv = 0; dv < Dv_pad; ++dv)
+            hn::StoreU(hn::Mul(hn::LoadU(d, acc + dv * nr + x), rescale), d, acc + dv * nr + x);
+    }
+}
+
+template <class T>
+void online_softmax_any_width(T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_pad) {
+    // Element-wise per lane, so the vector width changes nothing in the result; one lane when nr does not split.
+    const hn::ScalableTag<T> d;
+    if (nr % static_cast<Index>(hn::Lanes(d)) == 0) {
+        online_softmax(d, s, nb, nr, m, l, acc, Dv_pad);
+    } else {
+        online_softmax(hn::CappedTag<T, 1>(), s, nb, nr, m, l, acc, Dv_pad);
+    }
+}
+
+template <class T>
+bool all_finite(const T* s, Index count) {
+    const hn::ScalableTag<T> d;
+    const Index N = static_cast<Index>(hn::Lanes(d));
+    auto ok = hn::IsFinite(hn::Zero(d));
+    Index j = 0;
+    for (; j + N <= count; j += N) ok = hn::And(ok, hn::IsFinite(hn::LoadU(d, s + j)));
+    if (!hn::AllTrue(d, ok)) return false;
+    for (; j < count; ++j)
+        if (!std::isfinite(s[j])) return false;
+    return true;
 }
 
 // Query rows [i0, i1) of batch element b; writes output rows (i1 - i0, Dv).
 template <class T>
 void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& options, Index b, Index i0, Index i1,
-          Workspace<T>& w, T* out) {
-    const Index Dk = p.Dk, Dv = p.Dv, Bk = tiled_key_block;
-    const Index rows = i1 - i0;
-    const Index n = static_cast<Index>(w.keys.size());
+          const Layout& L, Workspace<T>& w, T* out) {
+    const Index Dk = p.Dk, Dv = p.Dv, mr = L.mr, nr = L.nr, n = L.n;
+    const Index rows = i1 - i0, panels = (rows + nr - 1) / nr;
     const T neg_inf = -std::numeric_limits<T>::infinity();
 
-    // 1. gather the q block: qc (rows, Dk), contiguous.
+    // 1. pack q^T: panel jq holds (dim p, query lane rr) at p * nr + rr, zero rows past i1.
+    T* qp = w.qp.get(L.q_panels * L.ps_q);
     const Index qs = p.q.stride(-1);
-    for (Index i = 0; i < rows; ++i) {
-        const T* qrow = p.q_row(b, i0 + i);
-        for (Index d = 0; d < Dk; ++d) w.qc[i * Dk + d] = qrow[d * qs];
-    }
-    std::fill_n(w.acc.begin(), rows * Dv, T(0));
-    std::fill_n(w.row_max.begin(), rows, neg_inf);
-    std::fill_n(w.row_sum.begin(), rows, T(0));
+    for (Index jq = 0; jq < panels; ++jq)
+        for (Index rr = 0; rr < nr; ++rr) {
+            const Index i = jq * nr + rr;
+            const T* qrow = i < rows ? p.q_row(b, i0 + i) : nullptr;
+            for (Index d = 0; d < Dk; ++d) qp[jq * L.ps_q + d * nr + rr] = qrow ? qrow[d * qs] : T(0);
+        }
+    T* acc = w.acc.get(L.q_panels * L.Dv_pad * nr);  // panel jq: (Dv_pad, nr)
+    T* sp = w.sp.get(L.q_panels * L.Bk_pad * nr);    // panel jq: (Bk_pad, nr), s^T then p^T
+    std::fill_n(acc, panels * L.Dv_pad * nr, T(0));
+    std::fill_n(w.row_max.begin(), panels * nr, neg_inf);
+    std::fill_n(w.row_sum.begin(), panels * nr, T(0));
 
-    // Causal limits in readable-key positions; the block's key range ends where its last row's does.
-    Index keys_end = n, all_see = n;  // every row may read [0, all_see) as far as the causal rule goes
-    if (p.is_causal) {
+    // Causal limits in readable-key positions, per row and per query panel: a panel's key range ends where its
+    // last row's does, so fully-masked (key panel, query panel) tiles are never computed.
+    std::fill_n(w.row_end.begin(), rows, n);
+    if (p.is_causal)
         for (Index i = 0; i < rows; ++i) {
             const Index end = causal_end(i0 + i, p.Tq, p.Tk, p.alignment);
             w.row_end[i] = std::lower_bound(w.keys.begin(), w.keys.end(), end) - w.keys.begin();
         }
-        keys_end = *std::max_element(w.row_end.begin(), w.row_end.begin() + rows);
-        all_see = *std::min_element(w.row_end.begin(), w.row_end.begin() + rows);
+    Index keys_end = 0;
+    for (Index jq = 0; jq < panels; ++jq) {
+        const auto first = w.row_end.begin() + jq * nr, last = w.row_end.begin() + std::min(rows, (jq + 1) * nr);
+        w.panel_end[jq] = *std::max_element(first, last);
+        w.panel_all_see[jq] = *std::min_element(first, last);  // every row of the panel reads [0, all_see)
+        keys_end = std::max(keys_end, w.panel_end[jq]);
     }
 
-    for (Index c0 = 0; c0 < keys_end; c0 += Bk) {
-        const Index nb = std::min(Bk, n - c0);  // keys [c0, c0 + nb) of kc / vc
-        const bool causal_block = p.is_causal && c0 + nb > all_see;  // the diagonal: some row stops inside
-        const bool masked = causal_block || p.allowed_mask.has_value();
+    for (Index c0 = 0; c0 < keys_end; c0 += L.Bk) {
+        const Index nb = std::min(L.Bk, n - c0);  // readable keys [c0, c0 + nb)
+        const T* kblock = w.kp.data.get() + (c0 / L.Bk) * L.k_block_stride;
+        for (Index jq = 0; jq < panels; ++jq) {
+            const Index nbj = std::min(nb, w.panel_end[jq] - c0);  // keys of this block some row of the panel reads
+            if (nbj <= 0) continue;
+            T* s = sp + jq * L.Bk_pad * nr;  // (Bk_pad, nr): key c, query lane rr at s[c * nr + rr]
+            T* accj = acc + jq * L.Dv_pad * nr;
 
-        // 2. scores: s (rows, nb) = scale * qc (rows, Dk) @ kc[c0:c0+nb]^T (Dk, nb).
-        gemm<T>(false, true, rows, nb, Dk, static_cast<T>(p.scale), w.qc.data(), Dk, 1, w.kc.data() + c0 * Dk, Dk, 1,
-                T(0), w.s.data(), Bk, 1);
+            // 2. scores: s^T (nbj, nr) = scale * k[c0:c0+nbj] (nbj, Dk) @ q^T (Dk, nr), tile by tile.
+            if (Dk > 0) {
+                packed_gemm<T>((nbj + mr - 1) / mr, 1, Dk, static_cast<T>(p.scale), kblock, L.ps_k, qp + jq * L.ps_q,
+                               L.ps_q, T(0), s, nr, 1, mr * nr, 0);
+            } else {
+                std::fill_n(s, nbj * nr, T(0));
+            }
 
-        for (Index i = 0; i < rows; ++i) {
-            T* srow = w.s.data() + i * Bk;
-            // 3. mask (allowed -> logit, blocked -> -inf), only where a mask can block something.
-            if (masked) {
-                const Index end = causal_block ? std::min(nb, w.row_end[i] - c0) : nb;
-                for (Index c = 0; c < nb; ++c) {
-                    const bool ok = c < end && (!p.allowed_mask || p.allowed(b, i0 + i, w.keys[c0 + c]));
-                    if (!ok) {
-                        srow[c] = neg_inf;
-                    } else if (options.check_finite && !std::isfinite(srow[c])) {
-                        throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i0 + i);
+            // 3. mask: blocked -> -inf, only where a mask can block something (the diagonal, or an explicit mask);
+            // every allowed logit must be finite.
+            const bool causal_cut = c0 + nbj > w.panel_all_see[jq];
+            if (causal_cut || p.allowed_mask) {
+                for (Index rr = 0; rr < nr && jq * nr + rr < rows; ++rr) {
+                    const Index i = jq * nr + rr;
+                    const Index end = std::clamp<Index>(w.row_end[i] - c0, 0, nbj);
+                    for (Index c = 0; c < end; ++c) {
+                        T& x = s[c * nr + rr];
+                        if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[c0 + c])) {
+                            x = neg_inf;
+                        } else if (options.check_finite && !std::isfinite(x)) {
+                            throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i0 + i);
+                        }
                     }
+                    for (Index c = end; c < nbj; ++c) s[c * nr + rr] = neg_inf;
                 }
-            } else if (options.check_finite && !block_finite(srow, nb)) {
-                throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i0 + i);
+            } else if (options.check_finite && !all_finite(s, nbj * nr)) {
+                for (Index rr = 0; rr < nr; ++rr)
+                    for (Index c = 0; c < nbj; ++c)
+                        if (!std::isfinite(s[c * nr + rr]))
+                            throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b),
+                                           i0 + jq * nr + rr);
             }
-            // 4. online softmax: new max, p = exp(s - max), rescale the running sum and the accumulator row.
-            const T m_old = w.row_max[i];
-            const T m_new = std::max(m_old, block_max(srow, nb));
-            if (m_new == neg_inf) {  // nothing allowed so far: p = 0, no exp(-inf - -inf)
-                std::fill_n(srow, nb, T(0));
-                continue;
-            }
-            const T block_sum = block_exp_sum(srow, nb, m_new);
-            if (m_new != m_old) {
-                const T c = std::exp(m_old - m_new);  // 0 when m_old = -inf (acc and l are still 0)
-                w.row_sum[i] *= c;
-                T* arow = w.acc.data() + i * Dv;
-                for (Index d = 0; d < Dv; ++d) arow[d] *= c;
-                w.row_max[i] = m_new;
-            }
-            w.row_sum[i] += block_sum;
-        }
 
-        // 5. acc (rows, Dv) += p (rows, nb) @ vc[c0:c0+nb] (nb, Dv).
-        gemm<T>(false, false, rows, Dv, nb, T(1), w.s.data(), Bk, 1, w.vc.data() + c0 * Dv, Dv, 1, T(1), w.acc.data(),
-                Dv, 1);
+            // 4. online softmax: s^T becomes p^T; acc and l are rescaled to the new max.
+            online_softmax_any_width(s, nbj, nr, w.row_max.data() + jq * nr, w.row_sum.data() + jq * nr, accj,
+                                     L.Dv_pad);
+
+            // 5. acc^T (Dv, nr) += v^T[:, c0:c0+nbj] (Dv, nbj) @ p^T (nbj, nr), tile by tile.
+            packed_gemm<T>(L.dv_panels, 1, nbj, T(1), w.vp.data.get() + c0 * mr, L.ps_v, s, 0, T(1), accj, nr, 1,
+                           mr * nr, 0);
+        }
     }
 
-    // 6. normalise; empty rows per policy; an output that overflowed is an error, not an Inf.
+    // 6. normalise and transpose back to (rows, Dv); empty rows per policy; an overflowed output is an error.
     for (Index i = 0; i < rows; ++i) {
         T* orow = out + i * Dv;
         if (!r.row_nonempty[static_cast<std::size_t>(i0 + i)]) {
             write_empty_row(options.empty_rows, orow, Dv, static_cast<T*>(nullptr), 0);
             continue;
         }
-        const T* arow = w.acc.data() + i * Dv;
-        for (Index d = 0; d < Dv; ++d) orow[d] = arow[d] / w.row_sum[i];
+        const T* a = acc + (i / nr) * L.Dv_pad * nr + i % nr;  // (dim d) at a[d * nr]
+        const T l = w.row_sum[i];
+        for (Index d = 0; d < Dv; ++d) orow[d] = a[d * nr] / l;
         if (options.check_finite)
             for (Index d = 0; d < Dv; ++d)
                 if (!std::isfinite(orow[d]))
@@ -215,38 +274,86 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
     }
 }
 
+// parallel_for's rule (the exception of the lowest failing item is rethrown, whatever the thread count) with a
+// dynamic schedule; which thread runs an item never changes its result.
+template <class F>
+void parallel_for_dynamic(Index count, int threads, const F& body) {
+    std::exception_ptr first_error;
+    Index first_index = count;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (Index i = 0; i < count; ++i) {
+        try {
+            body(i);
+        } catch (...) {
+#pragma omp critical(attn_tiled_error)
+            if (i < first_index) {
+                first_index = i;
+                first_error = std::current_exception();
+            }
+        }
+    }
+    if (first_error) std::rethrow_exception(first_error);
+}
+
 }  // namespace
 
 template <class T>
 void sdpa_tiled(const SdpaProblem<T>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
                 T* output) {
-    const Index Bq = tiled_query_block;
-    const Index q_blocks = (p.Tq + Bq - 1) / Bq;
+    const MicroTile mt = micro_tile<T>();
+    Layout base{};
+    base.mr = mt.mr;
+    base.nr = mt.nr;
+    base.Bq = tiled_query_block;
+    base.Bk = tiled_key_block;
+    base.Bk_pad = round_up(base.Bk, base.mr);
+    base.q_panels = (base.Bq + base.nr - 1) / base.nr;
+    base.ps_q = round_up(std::max<Index>(p.Dk, 1) * base.nr, 16);
+    base.ps_k = round_up(std::max<Index>(p.Dk, 1) * base.mr, 16);
+    base.k_block_stride = (base.Bk_pad / base.mr) * base.ps_k;
+    base.dv_panels = (p.Dv + base.mr - 1) / base.mr;
+    base.Dv_pad = base.dv_panels * base.mr;
+
+    const Index q_blocks = (p.Tq + base.Bq - 1) / base.Bq;
     const int threads = thread_count(options);
     std::vector<Workspace<T>> workspaces(static_cast<std::size_t>(threads));
-    // Items (b, query block) in C order: the static schedule gives each thread a contiguous run, so it gathers
-    // the keys of each batch element about once.
-    parallel_for(p.batch * q_blocks, options, [&](Index item) {
+    std::vector<Layout> layouts(static_cast<std::size_t>(threads), base);
+    // Items (b, query block) in C order, handed out one at a time (causal items differ in cost): consecutive items
+    // share b, so each thread packs the keys of a batch element about once.
+    parallel_for_dynamic(p.batch * q_blocks, threads, [&](Index item) {
 #ifdef _OPENMP
-        Workspace<T>& w = workspaces[static_cast<std::size_t>(omp_get_thread_num())];
+        const auto t = static_cast<std::size_t>(omp_get_thread_num());
 #else
-        Workspace<T>& w = workspaces[0];
+        const std::size_t t = 0;
 #endif
-        const Index b = item / q_blocks, i0 = (item % q_blocks) * Bq, i1 = std::min(p.Tq, i0 + Bq);
+        Workspace<T>& w = workspaces[t];
+        Layout& L = layouts[t];
+        const Index b = item / q_blocks, i0 = (item % q_blocks) * base.Bq, i1 = std::min(p.Tq, i0 + base.Bq);
         const Readability& r = readable[static_cast<std::size_t>(b)];
-        if (w.qc.empty()) {
-            w.qc.resize(static_cast<std::size_t>(Bq * std::max<Index>(p.Dk, 1)));
-            w.s.resize(static_cast<std::size_t>(Bq * tiled_key_block));
-            w.acc.resize(static_cast<std::size_t>(Bq * std::max<Index>(p.Dv, 1)));
-            w.row_max.resize(static_cast<std::size_t>(Bq));
-            w.row_sum.resize(static_cast<std::size_t>(Bq));
-            w.row_end.resize(static_cast<std::size_t>(Bq));
+        if (w.row_max.empty()) {
+            w.row_max.resize(static_cast<std::size_t>(base.q_panels * base.nr));
+            w.row_sum.resize(static_cast<std::size_t>(base.q_panels * base.nr));
+            w.row_end.resize(static_cast<std::size_t>(base.q_panels * base.nr));
+            w.panel_end.resize(static_cast<std::size_t>(base.q_panels));
+            w.panel_all_see.resize(static_cast<std::size_t>(base.q_panels));
         }
-        if (w.b != b) gather_keys(p, r, b, w);
-        tile(p, r, options, b, i0, i1, w, output + b * p.Tq * p.Dv + i0 * p.Dv);
+        if (w.b != b) pack_keys(p, r, b, L, w);
+        tile(p, r, options, b, i0, i1, L, w, output + b * p.Tq * p.Dv + i0 * p.Dv);
     });
 }
 
+template <class T>
+void tiled_exp(T* x, Index n) {
+    const hn::ScalableTag<T> d;
+    const Index N = static_cast<Index>(hn::Lanes(d));
+    Index i = 0;
+    for (; i + N <= n; i += N) hn::StoreU(hn::Exp(d, hn::LoadU(d, x + i)), d, x + i);
+    const hn::CappedTag<T, 1> d1;
+    for (; i < n; ++i) hn::StoreU(hn::Exp(d1, hn::LoadU(d1, x + i)), d1, x + i);
+}
+
+template void tiled_exp<float>(float*, Index);
+template void tiled_exp<double>(double*, Index);
 template void sdpa_tiled<float>(const SdpaProblem<float>&, const std::vector<Readability>&, const SdpaOptions&,
                                 float*);
 template void sdpa_tiled<double>(const SdpaProblem<double>&, const std::vector<Readability>&, const SdpaOptions&,

@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -11,6 +13,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/tiled.hpp"
+#include "backends.hpp"
 
 using namespace attn;
 
@@ -46,13 +49,14 @@ double gamma(double n) { return n * unit_roundoff<T>() / (1.0 - n * unit_roundof
 //   (b) evaluates p_j = exp(s_j - m) with one rounded subtraction (relative u |s_j - m|) and an exp within
 //       `ulps` ulps (relative error <= 2 ulps u);
 //   (c) forms l = sum_j p_j and a = sum_j p_j v_j, possibly in blocks with up to `blocks` rescalings by a
-//       factor exp(m_old - m_new) (std::exp, < 1 ulp) and one multiply each: every term passes through at most
-//       Tk additions plus 3 roundings per rescaling, relative gamma(Tk + 3 blocks) on the sum of |terms|;
+//       factor exp(m_old - m_new) (within `ulps` ulps, i.e. 2 ulps roundings of u) and one multiply each: every
+//       term passes through at most Tk additions plus (2 ulps + 1) roundings per rescaling, relative
+//       gamma(Tk + (2 ulps + 1) blocks) on the sum of |terms|;
 //   (d) divides once (u) -- reference normalises p before the product, which is the same count.
 // With eta = exp(2 max_j E_j + u max_j |s_j - m|) - 1 + 2 ulps u (relative perturbation of every p_j; the max
 // is exact, so s_j - m errs by at most 2 E), the ratio a / l of perturbed sums moves by at most
 // 2 eta / (1 - eta) * sum_j w_j |v_jd| (both sums perturbed relatively by eta), the sums add
-// 2 gamma(Tk + 3 blocks) * sum_j w_j |v_jd| (first order), and the division u |o|. Both implementations obey the
+// 2 gamma(Tk + (2 ulps + 1) blocks) * sum_j w_j |v_jd| (first order), and the division u |o|. Both implementations obey the
 // bound, so their difference obeys twice it. Evaluated in double from the inputs and the reference weights.
 template <class T>
 struct Bound {
@@ -100,8 +104,9 @@ struct Bound {
             if (w != 0) wv += w * std::abs(double(v[(kb * Tk + j) * Dv + d]));  // unread v rows may hold NaN/Inf
         }
         const double blocks = double(tiled_kernel_info.rescalings(Tk));
+        const double rescale_roundings = 2 * tiled_kernel_info.exp_max_ulps + 1;
         const double per_impl =
-            (2 * r.eta / (1 - r.eta) + 2 * gamma<T>(double(Tk) + 3 * blocks)) * wv * (1 + 2 * u) +
+            (2 * r.eta / (1 - r.eta) + 2 * gamma<T>(double(Tk) + rescale_roundings * blocks)) * wv * (1 + 2 * u) +
             u * std::abs(double(out[(b * Tq + i) * Dv + d]));
         return 2 * per_impl;
     }
@@ -341,4 +346,44 @@ TEST_CASE("tiled's error-model description is the kernel's", "[tiled]") {
     CHECK(tiled_kernel_info.rescalings(tiled_key_block) == 1);
     CHECK(tiled_kernel_info.rescalings(tiled_key_block + 1) == 2);
     CHECK_FALSE(tiled_kernel_info.scale_folded_into_q);
+}
+
+// Distance in representable values between two finite T of the same sign (+0 and -0 are the same value).
+template <class T>
+double ulp_distance(T a, T b) {
+    if (a == b) return 0;
+    using Bits = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+    Bits ia, ib;
+    std::memcpy(&ia, &a, sizeof a);
+    std::memcpy(&ib, &b, sizeof b);
+    return double(ia > ib ? ia - ib : ib - ia);  // both >= 0 here (exp is never negative), so no overflow
+}
+
+TEMPLATE_TEST_CASE("the kernel's exp is within tiled_exp_max_ulps of the correctly rounded exp on (-inf, 0]",
+                   "[tiled][exp]", float, double) {
+    // Every argument the kernel passes is s - max <= 0 (or -inf); the sweep covers down to where exp underflows
+    // to 0 (subnormal results included), with exact identities first.
+    TestType edge[] = {0, -0.0, -std::numeric_limits<TestType>::infinity()};
+    detail::tiled_exp(edge, 3);
+    CHECK(edge[0] == 1);
+    CHECK(edge[1] == 1);
+    CHECK(edge[2] == 0);
+    const double lowest = sizeof(TestType) == 4 ? -103.9 : -708.0;
+    const Index n = 1 << 20;
+    std::vector<TestType> x(static_cast<std::size_t>(n));
+    for (Index i = 0; i < n; ++i) x[i] = static_cast<TestType>(lowest * double(i) / double(n - 1));
+    std::vector<TestType> y = x;
+    detail::tiled_exp(y.data(), n);
+    double worst = 0;
+    TestType worst_x = 0;
+    for (Index i = 0; i < n; ++i) {
+        const auto exact = static_cast<TestType>(std::exp(static_cast<long double>(x[i])));
+        const double d = ulp_distance(y[i], exact);
+        if (d > worst) {
+            worst = d;
+            worst_x = x[i];
+        }
+    }
+    INFO("max ulp distance " << worst << " at x = " << worst_x);
+    CHECK(worst <= tiled_exp_max_ulps);
 }

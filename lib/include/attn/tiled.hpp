@@ -10,13 +10,14 @@ namespace attn {
 //
 // Per (batch element, block of query_block query rows), the readable keys (those some query may read, gathered
 // in ascending order) are visited in blocks of key_block keys, blocks starting at readable key 0:
-//   1. s (rows, key_block) = fl(scale * fl(q k^T))      BLIS gemm, scale applied as alpha after the dot product
+//   1. s_j = fl(scale * fl(q . k_j))                  BLIS micro-kernel: sequential FMA sum over Dk, then alpha
 //   2. m_new = max(m, max_j s_j) over allowed keys      exact
-//   3. p_j = Exp(s_j - m_new)                           one rounding in the subtraction, exp within exp_max_ulps
-//   4. c = exp(m - m_new) (std::exp); l = c l + sum_j p_j; acc = c acc + p v   (one rescaling per key block)
-//   5. out = acc / l
-// The sum over a block in step 4 is lane-wise (lanes partial sums) then a tree over lanes; the product p v
-// is a BLIS gemm over the block's keys. Nothing depends on the thread count.
+//   3. p_j = Exp(s_j - m_new)                           one rounding in the subtraction, Exp within exp_max_ulps
+//   4. c = Exp(m - m_new); l = fl(c l + sum_j p_j)      the block sum sequential over keys, then one FMA
+//   5. acc = fl(c acc) + sum_j p_j v_j                  BLIS micro-kernel: sequential FMA sum over the block's keys
+//   6. out = acc / l
+// Every step is element-wise per query (one SIMD lane per query), so neither the vector width nor the thread
+// count changes a bit of the result.
 struct TiledKernelInfo {
     Index query_block;          // query rows per task
     Index key_block;            // keys per online-softmax step

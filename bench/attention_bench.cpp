@@ -1,0 +1,210 @@
+// Attention speed on one machine, in one run: BLIS gemm (the limit), naive BLIS attention, `reference`, `tiled`;
+// plus a peak-memory probe (`--memory-probe IMPL T`), run by `attn bench` in separate processes.
+//
+// Benchmark names carry their row: "impl=tiled,dtype=float,threads=1,case=self,Tq=4096,Tk=4096,D=64".
+// FLOPs per attention = 4 B H Tq Tk D (also for causal, so causal shows as higher GFLOP/s); per gemm 2 M N K.
+// Own flags (before Google Benchmark's): --quick (fewer shapes), --memory-probe IMPL T.
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "attn/attn.hpp"
+#include "gemm.hpp"
+
+namespace {
+
+using attn::Index;
+
+constexpr Index B = 1, H = 8, D = 64;
+// The gemm limit: a square product large enough for BLIS's blocking to reach its steady state.
+constexpr Index gemm_size = 1024;
+
+template <class T>
+attn::Tensor<T> random_tensor(const attn::Shape& shape, unsigned seed) {
+    attn::Tensor<T> t(shape);
+    std::mt19937 gen(seed);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(normal(gen));
+    return t;
+}
+
+template <class T>
+const char* dtype_name() {
+    return sizeof(T) == 4 ? "float" : "double";
+}
+
+// `threads` independent single-threaded gemms at once: the machine's limit for work split the way attention
+// splits it (no shared packing, no BLIS threading).
+template <class T>
+void bench_gemm(benchmark::State& state, int threads) {
+    const Index n = gemm_size;
+    std::vector<attn::Tensor<T>> a, b, c;
+    for (int t = 0; t < threads; ++t) {
+        a.push_back(random_tensor<T>({n, n}, 10 + t));
+        b.push_back(random_tensor<T>({n, n}, 20 + t));
+        c.emplace_back(attn::Shape{n, n});
+    }
+    for (auto _ : state) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int t = 0; t < threads; ++t)
+            attn::detail::gemm<T>(false, false, n, n, n, T(1), a[t].data(), n, 1, b[t].data(), n, 1, T(0), c[t].data(),
+                                  n, 1);
+        benchmark::DoNotOptimize(c[0].data());
+    }
+    state.counters["flop"] = 2.0 * double(n) * double(n) * double(n) * threads;
+}
+
+// Naive attention with BLIS: per (batch, head) s (Tq, Tk) = scale q k^T (gemm), causal mask, scalar std::exp row
+// softmax, out (Tq, D) = s v (gemm). What one writes first; the Tq x Tk matrix lives in memory.
+template <class T>
+void naive_attention(const T* q, const T* k, const T* v, T* out, Index batch, Index Tq, Index Tk, bool causal,
+                     int threads) {
+    const T scale = T(1) / std::sqrt(T(D));
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<T> s(static_cast<std::size_t>(Tq * Tk));
+#pragma omp for schedule(static)
+        for (Index b = 0; b < batch; ++b) {
+            const T* qb = q + b * Tq * D;
+            const T* kb = k + b * Tk * D;
+            const T* vb = v + b * Tk * D;
+            // s (Tq, Tk) = scale * q (Tq, D) @ k^T (D, Tk)
+            attn::detail::gemm<T>(false, true, Tq, Tk, D, scale, qb, D, 1, kb, D, 1, T(0), s.data(), Tk, 1);
+            for (Index i = 0; i < Tq; ++i) {
+                T* row = s.data() + i * Tk;
+                const Index end = causal ? std::min(Tk, i + 1 + Tk - Tq) : Tk;  // bottom-right alignment
+                for (Index j = end; j < Tk; ++j) row[j] = -std::numeric_limits<T>::infinity();
+                T m = -std::numeric_limits<T>::infinity();
+                for (Index j = 0; j < Tk; ++j) m = std::max(m, row[j]);
+                T sum = 0;
+                for (Index j = 0; j < Tk; ++j) {
+                    row[j] = std::exp(row[j] - m);
+                    sum += row[j];
+                }
+                for (Index j = 0; j < Tk; ++j) row[j] /= sum;
+            }
+            // out (Tq, D) = s (Tq, Tk) @ v (Tk, D)
+            attn::detail::gemm<T>(false, false, Tq, D, Tk, T(1), s.data(), Tk, 1, vb, D, 1, T(0), out + b * Tq * D, D,
+                                  1);
+        }
+    }
+}
+
+template <class T>
+void bench_attention(benchmark::State& state, const std::string& impl, Index Tq, Index Tk, bool causal, int threads) {
+    const auto q = random_tensor<T>({B, H, Tq, D}, 1);
+    const auto k = random_tensor<T>({B, H, Tk, D}, 2);
+    const auto v = random_tensor<T>({B, H, Tk, D}, 3);
+    attn::SdpaOptions options;
+    options.is_causal = causal;
+    options.alignment = attn::CausalAlignment::BottomRight;  // Tq <= Tk here: every row has a key
+    options.num_threads = threads;
+    options.backend = impl == "tiled" ? attn::Backend::Tiled : attn::Backend::Reference;
+    attn::Tensor<T> out({B, H, Tq, D});
+    for (auto _ : state) {
+        if (impl == "naive") {
+            naive_attention<T>(q.data(), k.data(), v.data(), out.data(), B * H, Tq, Tk, causal, threads);
+            benchmark::DoNotOptimize(out.data());
+        } else {
+            auto r = attn::scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+            benchmark::DoNotOptimize(r.output.data());
+        }
+    }
+    state.counters["flop"] = 4.0 * double(B * H) * double(Tq) * double(Tk) * double(D);
+}
+
+void register_all(bool quick) {
+    const std::vector<Index> Ts = quick ? std::vector<Index>{512, 2048} : std::vector<Index>{128, 512, 1024, 2048, 4096};
+    struct Shape {
+        const char* name;
+        Index Tq, Tk;
+        bool causal;
+    };
+    std::vector<Shape> shapes;
+    for (Index T : Ts) shapes.push_back({"self", T, T, false});
+    for (Index T : Ts) shapes.push_back({"causal", T, T, true});
+    if (!quick) shapes.push_back({"cross", 128, 4096, false});
+    const double min_time = quick ? 0.05 : 0.2;
+    const int reps = quick ? 3 : 5;
+    for (int threads : {1, 2}) {
+        const auto add_dtype = [&]<class T>(T) {
+            const std::string common = std::string(",dtype=") + dtype_name<T>() + ",threads=" + std::to_string(threads);
+            const std::string gemm_name = "impl=gemm" + common + ",case=gemm,Tq=" + std::to_string(gemm_size) +
+                                          ",Tk=" + std::to_string(gemm_size) + ",D=" + std::to_string(gemm_size);
+            benchmark::RegisterBenchmark(gemm_name.c_str(), [threads](benchmark::State& s) { bench_gemm<T>(s, threads); })
+                ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
+            for (const Shape& sh : shapes)
+                for (const char* impl : {"naive", "reference", "tiled"}) {
+                    const std::string name = std::string("impl=") + impl + common + ",case=" + sh.name +
+                                             ",Tq=" + std::to_string(sh.Tq) + ",Tk=" + std::to_string(sh.Tk) +
+                                             ",D=" + std::to_string(D);
+                    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+                        bench_attention<T>(s, impl, sh.Tq, sh.Tk, sh.causal, threads);
+                    })->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
+                }
+        };
+        add_dtype(float{});
+        add_dtype(double{});
+    }
+}
+
+long peak_rss_kib() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_maxrss;
+}
+
+// One SDPA call (H=1, D=64, float, self-attention, 1 thread) in this process; prints the peak resident memory
+// beyond what the process held with its inputs allocated and touched, and the output's size, in KiB.
+int memory_probe(const std::string& impl, Index T) {
+    const auto q = random_tensor<float>({1, 1, T, D}, 1);
+    const auto k = random_tensor<float>({1, 1, T, D}, 2);
+    const auto v = random_tensor<float>({1, 1, T, D}, 3);
+    attn::SdpaOptions options;
+    options.num_threads = 1;
+    if (impl == "tiled") options.backend = attn::Backend::Tiled;
+    else if (impl == "reference") options.backend = attn::Backend::Reference;
+    else {
+        std::fprintf(stderr, "memory probe: impl must be tiled or reference, got %s\n", impl.c_str());
+        return 2;
+    }
+    const long before = peak_rss_kib();
+    const auto r = attn::scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+    const long after = peak_rss_kib();
+    const long output_kib = static_cast<long>(r.output.numel() * sizeof(float) / 1024);
+    std::printf("{\"impl\": \"%s\", \"T\": %ld, \"H\": 1, \"D\": %ld, \"inputs_kib\": %ld, \"baseline_kib\": %ld, "
+                "\"peak_kib\": %ld, \"output_kib\": %ld, \"beyond_inputs_and_output_kib\": %ld}\n",
+                impl.c_str(), static_cast<long>(T), static_cast<long>(D), static_cast<long>(3 * T * D * 4 / 1024),
+                before, after, output_kib, after - before - output_kib);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc == 4 && std::strcmp(argv[1], "--memory-probe") == 0) return memory_probe(argv[2], std::atol(argv[3]));
+    bool quick = false;
+    std::vector<char*> args{argv[0]};
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+        else args.push_back(argv[i]);
+    }
+    int n = static_cast<int>(args.size());
+    benchmark::Initialize(&n, args.data());
+    if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
+    register_all(quick);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

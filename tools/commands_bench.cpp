@@ -1,0 +1,217 @@
+// `attn bench`: runs the attention benchmark (gemm limit, naive BLIS attention, reference, tiled) in one process,
+// then the peak-memory probes in separate processes, and prints the table and the targets.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <unistd.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+
+namespace attn::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct Row {
+    std::string impl, dtype, kase;
+    int threads = 0;
+    long Tq = 0, Tk = 0, D = 0;
+    double flop = 0;
+    std::vector<double> ms;  // one per repetition
+    double median() const {
+        std::vector<double> s = ms;
+        std::sort(s.begin(), s.end());
+        const std::size_t n = s.size();
+        return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    }
+    double min() const { return *std::min_element(ms.begin(), ms.end()); }
+    double max() const { return *std::max_element(ms.begin(), ms.end()); }
+    double gflops() const { return flop / (median() * 1e-3) / 1e9; }
+};
+
+// "impl=tiled,dtype=float,threads=1,case=self,Tq=4096,Tk=4096,D=64/min_time:0.200/repeats:5" -> fields.
+Row parse_name(const std::string& run_name) {
+    Row r;
+    std::stringstream ss(run_name.substr(0, run_name.find('/')));
+    std::string kv;
+    while (std::getline(ss, kv, ',')) {
+        const auto eq = kv.find('=');
+        const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+        if (key == "impl") r.impl = value;
+        else if (key == "dtype") r.dtype = value;
+        else if (key == "threads") r.threads = std::stoi(value);
+        else if (key == "case") r.kase = value;
+        else if (key == "Tq") r.Tq = std::stol(value);
+        else if (key == "Tk") r.Tk = std::stol(value);
+        else if (key == "D") r.D = std::stol(value);
+    }
+    return r;
+}
+
+int run(const std::string& command) {
+    std::cout.flush();
+    const int status = std::system(command.c_str());
+    if (status == -1) return 2;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+}
+
+std::string capture(const std::string& command) {
+    std::string out;
+    if (FILE* f = popen(command.c_str(), "r")) {
+        char buf[512];
+        while (std::fgets(buf, sizeof buf, f)) out += buf;
+        pclose(f);
+    }
+    return out;
+}
+
+}  // namespace
+
+Action add_bench_command(CLI::App& app) {
+    auto* bench = app.add_subcommand("bench", "Speed of tiled vs reference vs naive BLIS attention vs gemm, and memory");
+    static bool quick = false;
+    static std::string json_path;
+    bench->add_flag("--quick", quick, "Fewer shapes and repetitions (a smoke run, not for figures)");
+    bench->add_option("--json", json_path, "Also write the rows as JSON to this file");
+    return [bench]() -> int {
+        if (!bench->parsed()) return not_mine;
+#ifndef ATTN_BENCH_BINARY
+        std::cerr << "attn bench: this build has no benchmarks (configure with ATTN_BUILD_BENCH=ON)\n";
+        return 2;
+#else
+        const std::string binary = ATTN_BENCH_BINARY;
+        const std::string raw = (std::filesystem::temp_directory_path() /
+                                 ("attn_bench_" + std::to_string(getpid()) + ".json")).string();
+        std::cout << "attn bench: " << (quick ? "quick run" : "full run")
+                  << " (B=1, H=8, D=64; medians of repetitions; ratios within this run)\n";
+        const int code = run("'" + binary + "'" + (quick ? " --quick" : "") +
+                             " --benchmark_display_aggregates_only=true --benchmark_out_format=json"
+                             " --benchmark_out='" + raw + "'");
+        if (code != 0) {
+            std::cerr << "attn bench: the benchmark program failed (exit " << code << ")\n";
+            return code;
+        }
+        json raw_json;
+        {
+            std::ifstream in(raw);
+            raw_json = json::parse(in);
+        }
+        std::filesystem::remove(raw);
+
+        // Repetitions of one benchmark share its run_name.
+        std::map<std::string, Row> by_name;
+        std::vector<std::string> order;
+        for (const json& b : raw_json["benchmarks"]) {
+            if (b.value("run_type", "") != "iteration") continue;
+            const std::string name = b["run_name"];
+            if (!by_name.count(name)) {
+                by_name[name] = parse_name(name);
+                by_name[name].flop = b["flop"].get<double>();
+                order.push_back(name);
+            }
+            by_name[name].ms.push_back(b["real_time"].get<double>());  // Unit(kMillisecond)
+        }
+        std::map<std::tuple<std::string, int>, double> gemm_gflops;  // (dtype, threads)
+        std::map<std::tuple<std::string, int, std::string, long, long>, double> naive_ms;
+        for (const auto& [name, r] : by_name) {
+            if (r.impl == "gemm") gemm_gflops[{r.dtype, r.threads}] = r.gflops();
+            if (r.impl == "naive") naive_ms[{r.dtype, r.threads, r.kase, r.Tq, r.Tk}] = r.median();
+        }
+
+        json rows = json::array();
+        std::printf("\n%-9s %-6s %2s %-6s %5s %5s %4s %10s %19s %8s %8s %8s\n", "impl", "dtype", "th", "case", "Tq",
+                    "Tk", "D", "ms", "[min, max]", "GFLOP/s", "% gemm", "x naive");
+        for (const std::string& name : order) {
+            const Row& r = by_name[name];
+            const double pct = 100.0 * r.gflops() / gemm_gflops[{r.dtype, r.threads}];
+            const auto naive = naive_ms.find({r.dtype, r.threads, r.kase, r.Tq, r.Tk});
+            const double speedup = naive != naive_ms.end() ? naive->second / r.median() : 0.0;
+            std::printf("%-9s %-6s %2d %-6s %5ld %5ld %4ld %10.2f [%8.2f, %8.2f] %8.1f %7.1f%% ", r.impl.c_str(),
+                        r.dtype.c_str(), r.threads, r.kase.c_str(), r.Tq, r.Tk, r.D, r.median(), r.min(), r.max(),
+                        r.gflops(), pct);
+            if (speedup > 0) std::printf("%7.2fx\n", speedup);
+            else std::printf("%8s\n", "-");
+            rows.push_back({{"impl", r.impl}, {"dtype", r.dtype}, {"threads", r.threads}, {"case", r.kase},
+                            {"Tq", r.Tq}, {"Tk", r.Tk}, {"D", r.D}, {"ms", r.median()}, {"ms_min", r.min()},
+                            {"ms_max", r.max()}, {"repetitions", r.ms.size()}, {"gflops", r.gflops()},
+                            {"pct_of_gemm", pct}, {"speedup_over_naive", speedup}});
+        }
+
+        // Peak resident memory, one process per measurement so no allocation of one run hides in another's peak.
+        json memory = json::array();
+        std::printf("\npeak memory beyond inputs and output (H=1, D=64, float, 1 thread, separate processes)\n");
+        std::printf("%-9s %6s %14s\n", "impl", "T", "MiB");
+        const std::vector<long> Ts = quick ? std::vector<long>{4096} : std::vector<long>{4096, 16384, 32768};
+        double tiled_32k = -1;
+        for (long T : Ts)
+            for (const char* impl : {"reference", "tiled"}) {
+                const std::string out = capture("'" + binary + "' --memory-probe " + impl + " " + std::to_string(T));
+                try {
+                    const json m = json::parse(out);
+                    const double mib = m["beyond_inputs_and_output_kib"].get<double>() / 1024.0;
+                    std::printf("%-9s %6ld %14.1f\n", impl, T, mib);
+                    memory.push_back(m);
+                    if (T == 32768 && std::string(impl) == "tiled") tiled_32k = mib;
+                } catch (const json::exception&) {
+                    std::printf("%-9s %6ld %14s\n", impl, T, "failed");
+                }
+            }
+
+        // The targets of the fast path, from this run's rows.
+        const auto find = [&](const std::string& impl, const std::string& dtype, int threads, const std::string& kase,
+                              long T) -> const Row* {
+            for (const auto& [name, r] : by_name)
+                if (r.impl == impl && r.dtype == dtype && r.threads == threads && r.kase == kase && r.Tq == T &&
+                    r.Tk == T)
+                    return &r;
+            return nullptr;
+        };
+        const long T = quick ? 2048 : 4096;
+        std::printf("\ntargets (T=%ld self unless noted)\n", T);
+        const auto target = [](const char* what, bool have, double value, double goal, bool at_least, const char* unit) {
+            if (!have) {
+                std::printf("  %-52s %s\n", what, "n/a");
+                return;
+            }
+            const bool ok = at_least ? value >= goal : value <= goal;
+            std::printf("  %-52s %8.2f%s (goal %s %.2f%s) %s\n", what, value, unit, at_least ? ">=" : "<=", goal, unit,
+                        ok ? "met" : "MISSED");
+        };
+        const Row* f1 = find("tiled", "float", 1, "self", T);
+        const Row* f2 = find("tiled", "float", 2, "self", T);
+        const Row* c1 = find("tiled", "float", 1, "causal", T);
+        const Row* d1 = find("tiled", "double", 1, "self", T);
+        target("tiled float 1 thread, % of sgemm", f1, f1 ? 100 * f1->gflops() / gemm_gflops[{"float", 1}] : 0, 75, true, "%");
+        target("tiled float 2 threads / 1 thread throughput", f1 && f2, f1 && f2 ? f1->median() / f2->median() : 0, 1.8,
+               true, "x");
+        target("tiled float causal / self time, 1 thread", f1 && c1, f1 && c1 ? c1->median() / f1->median() : 0, 0.55,
+               false, "x");
+        target("tiled double 1 thread, % of dgemm", d1, d1 ? 100 * d1->gflops() / gemm_gflops[{"double", 1}] : 0, 70,
+               true, "%");
+        target("tiled memory at T=32768 beyond inputs and output", tiled_32k >= 0, tiled_32k, 64, false, " MiB");
+
+        if (!json_path.empty()) {
+            std::ofstream out(json_path);
+            out << json{{"quick", quick}, {"rows", rows}, {"memory", memory},
+                        {"context", raw_json.value("context", json::object())}}
+                       .dump(2)
+                << "\n";
+            std::cout << "\nwrote " << json_path << "\n";
+        }
+        return 0;
+#endif
+    };
+}
+
+}  // namespace attn::cli
