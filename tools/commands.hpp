@@ -21,4 +21,10 @@ Action add_report_command(CLI::App& app);
 // `attn bench [--quick] [--json FILE]`: speed and memory of the backends (commands_bench.cpp).
 Action add_bench_command(CLI::App& app);
 
+// `attn sdpa`: scaled dot-product attention on .npy files (commands_sdpa.cpp).
+Action add_sdpa_command(CLI::App& app);
+
+// `attn mha`: multi-head attention on .npy files, PyTorch parameter layouts (commands_mha.cpp).
+Action add_mha_command(CLI::App& app);
+
 }  // namespace attn::cli

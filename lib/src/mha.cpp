@@ -200,12 +200,13 @@ void check_head_rows(const std::string& function, const std::string& name, Tenso
 constexpr const char* kReadPosition = "a position some query reads (disable check_finite to allow it)";
 constexpr const char* kOverflow = "although every input it reads is finite: the projection overflowed; scale the inputs down";
 
-// Whether BLIS takes the (T, W) matrices of this (B, T, W) view as they are: unit stride in one direction and
-// non-overlapping rows or columns. Anything else (broadcast stride 0, overlapping views) is copied once.
+// Whether BLIS takes the (T, W) matrices of this (B, T, W) view as they are: row-major with non-overlapping rows.
+// Anything else (column-major, broadcast stride 0, overlapping views) is copied once: BLIS picks its small-matrix
+// kernels by storage, with different summation orders, and the output must not depend on the input's strides.
 template <class T>
 bool gemm_friendly(TensorView<const T> x) {
     const Index st = x.stride(1), sw = x.stride(2);
-    return (sw == 1 && st >= x.dim(2)) || (st == 1 && sw >= x.dim(1) && x.dim(1) > 1);
+    return sw == 1 && st >= x.dim(2);
 }
 
 // y (B, T, out) = x (B, T, in) @ weight^T (in, out) + bias (out); weight (out, in) is PyTorch's layout.
@@ -671,11 +672,13 @@ MhaResult<T> MultiHeadAttention<T>::run(const char* function_name, TensorView<co
         return false;
     };
     if (options.check_finite) {
-        const auto always = [](Index, Index) { return true; };
         const auto check_parameter = [&](const char* name, const Tensor<T>& p) {
-            if (p.numel() == 0) return;
-            const TensorView<const T> rows = p.rank() == 2 ? p.view().unsqueeze(0) : p.view().unsqueeze(0).unsqueeze(0);
-            check_rows<T>(function, name, rows, always, "and every parameter is read");
+            const Index cols = p.rank() == 2 ? p.dim(1) : p.numel();
+            for (Index f = 0; f < p.numel(); ++f)
+                if (!std::isfinite(p[f]))
+                    throw_not_finite(function, name, p.shape(),
+                                     p.rank() == 2 ? "row " + str(f / cols) + ", column " + str(f % cols) : "index " + str(f),
+                                     p[f], "and every parameter is read (disable check_finite to allow it)");
         };
         check_parameter("q_proj_weight", q_weight_), check_parameter("k_proj_weight", k_weight_);
         check_parameter("v_proj_weight", v_weight_), check_parameter("out_proj_weight", out_weight_);
