@@ -42,6 +42,7 @@ void fill_metrics(Row& row, const Tensor<T>& output, const oracle::Result<T>& ex
     row.normwise_rel = cmp.normwise_rel;
     row.max_tightness = cmp.max_tightness;
     row.violations = cmp.violations;
+    row.unbounded = cmp.unbounded;
     row.worst_index = cmp.worst_index;
     row.worst_computed = cmp.worst_computed;
     row.worst_exact = cmp.worst_exact;
@@ -56,7 +57,8 @@ void fill_metrics(Row& row, const Tensor<T>& output, const oracle::Result<T>& ex
     for (Index i = 0; i < output.numel(); ++i) {
         const long double e = exact.output_exact[i];
         ulps.push_back(oracle::ulp_distance<T>(output[i], e));
-        const double err = static_cast<double>(std::fabs(static_cast<long double>(output[i]) - e));
+        const double err =
+            static_cast<double>(std::fabs((static_cast<long double>(output[i]) - e) - exact.output_exact_lo[i]));
         const double bound = exact.output_bound[i];
         tightness.push_back(err == 0 ? 0 : bound > 0 ? err / bound : std::numeric_limits<double>::infinity());
     }
@@ -66,7 +68,8 @@ void fill_metrics(Row& row, const Tensor<T>& output, const oracle::Result<T>& ex
 
 bool same_model(const oracle::ErrorModel& a, const oracle::ErrorModel& b) {
     return a.name == b.name && a.exp_ulps == b.exp_ulps && a.rescalings == b.rescalings &&
-           a.scale_folded_into_q == b.scale_folded_into_q;
+           a.scale_folded_into_q == b.scale_folded_into_q && a.key_block == b.key_block &&
+           a.scale_roundings == b.scale_roundings;
 }
 
 template <class T>
@@ -145,6 +148,7 @@ std::vector<Summary> summarize(const std::vector<Row>& rows) {
         ++s.rows;
         if (row.failed()) ++s.failed_rows;
         s.violations += row.violations;
+        s.unbounded += row.unbounded;
         s.max_ulp = std::max(s.max_ulp, row.max_ulp);
         s.max_p99_ulp = std::max(s.max_p99_ulp, row.p99_ulp);
         s.max_rel = std::max(s.max_rel, row.max_rel);
@@ -192,6 +196,7 @@ nlohmann::json to_json(const Row& row) {
     j["max_tightness"] = number(row.max_tightness);
     j["median_tightness"] = number(row.median_tightness);
     j["violations"] = row.violations;
+    j["unbounded"] = row.unbounded;
     j["worst_index"] = row.worst_index;
     j["worst_computed"] = number(row.worst_computed);
     j["worst_exact"] = number(row.worst_exact);
@@ -238,6 +243,7 @@ Row row_from_json(const nlohmann::json& j) {
         row.max_tightness = number_from_json(field("max_tightness"));
         row.median_tightness = number_from_json(field("median_tightness"));
         row.violations = field("violations").get<Index>();
+        row.unbounded = field("unbounded").get<Index>();
         row.worst_index = field("worst_index").get<Shape>();
         row.worst_computed = number_from_json(field("worst_computed"));
         row.worst_exact = number_from_json(field("worst_exact"));
@@ -255,6 +261,7 @@ nlohmann::json to_json(const Summary& s) {
             {"rows", s.rows},
             {"failed_rows", s.failed_rows},
             {"violations", s.violations},
+            {"unbounded", s.unbounded},
             {"max_ulp", number(s.max_ulp)},
             {"max_p99_ulp", number(s.max_p99_ulp)},
             {"max_rel", number(s.max_rel)},

@@ -149,11 +149,12 @@ Section summary_section(const ReportOptions& options, const std::vector<Row>& ro
                                   " elements above their bound, or an implementation error); see Failures.");
     Table t;
     t.header = {"implementation", "dtype", "rows", "max ULP", "max p99 ULP", "max rel. error", "median tightness",
-                "max tightness", "violations", "failed rows", "row with the max tightness"};
+                "max tightness", "violations", "unbounded elements", "failed rows", "row with the max tightness"};
     for (const Summary& x : summaries)
         t.rows.push_back({x.impl, to_string(x.dtype), std::to_string(x.rows), ulps(x.max_ulp), ulps(x.max_p99_ulp),
                           sci(x.max_rel), tight(x.median_tightness), tight(x.max_tightness),
-                          std::to_string(x.violations), std::to_string(x.failed_rows), "`" + x.worst_config + "`"});
+                          std::to_string(x.violations), std::to_string(x.unbounded), std::to_string(x.failed_rows),
+                          "`" + x.worst_config + "`"});
     s.table(std::move(t));
     s.paragraph("Machine: " + environment_line() + ".");
     return s;

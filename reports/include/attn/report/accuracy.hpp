@@ -27,7 +27,8 @@ struct Row {
     double normwise_rel = 0;
     double max_tightness = 0;  // max over elements of |computed - exact| / bound
     double median_tightness = 0;
-    Index violations = 0;      // elements with error > bound; must be 0
+    Index violations = 0;      // elements with error > bound (or a NaN/Inf mismatch); must be 0
+    Index unbounded = 0;       // elements the error model cannot bound (infinite bound): tightness says nothing there
     Shape worst_index;         // (b, h, i, d) of the element with the largest error / bound
     double worst_computed = 0, worst_exact = 0, worst_bound = 0;
     // The tightness one more ulp of error at the worst element would add: the drift margin's absolute part.
@@ -43,7 +44,7 @@ std::vector<Row> measure(const std::vector<const suite::Implementation*>& impls,
 struct Summary {
     std::string impl;
     DType dtype = DType::Float;
-    Index rows = 0, failed_rows = 0, violations = 0;
+    Index rows = 0, failed_rows = 0, violations = 0, unbounded = 0;
     double max_ulp = 0, max_p99_ulp = 0, max_rel = 0, max_tightness = 0, median_tightness = 0;
     std::string worst_config;  // the row with the largest tightness
 };
