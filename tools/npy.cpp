@@ -238,6 +238,13 @@ Tensor<T> to_tensor(const Array& array, const std::string& name) {
     if (array.dtype != dtype_of<T>())
         fail(name, "has dtype " + std::string(to_string(array.dtype)) + " " + attn::to_string(array.shape) + ", expected " +
                        to_string(dtype_of<T>()));
+    if constexpr (std::is_same_v<T, bool>) {
+        // An Array built by hand skipped parse()'s check; a bool holding another byte is undefined behaviour.
+        for (std::size_t i = 0; i < array.data.size(); ++i)
+            if (array.data[i] > 1)
+                fail(name, "bool element " + std::to_string(i) + " holds byte " + std::to_string(array.data[i]) +
+                               " (expected 0 or 1)");
+    }
     Tensor<T> tensor(array.shape);
     if (array.data.size() != static_cast<std::size_t>(tensor.numel()) * sizeof(T))
         fail(name, "holds " + std::to_string(array.data.size()) + " data bytes for shape " + attn::to_string(array.shape));

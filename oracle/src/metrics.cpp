@@ -17,8 +17,8 @@ double ulp_distance(T computed, long double exact) {
     if (computed == 0 && exact == 0) return 0.0;  // +0 == -0
     if (computed != 0 && exact != 0 && std::signbit(computed) != std::signbit(exact)) return inf;
     // Spacing of T in the binade of |exact| (the subnormal spacing below the normal range).
-    int e = 0;
-    std::frexp(exact, &e);  // |exact| in [2^(e-1), 2^e)
+    int e = std::numeric_limits<T>::min_exponent;  // exact == 0: the subnormal spacing
+    if (exact != 0) std::frexp(exact, &e);         // |exact| in [2^(e-1), 2^e)
     const int exponent = std::max(e - 1, std::numeric_limits<T>::min_exponent - 1);
     const long double ulp = std::ldexp(1.0L, exponent - (std::numeric_limits<T>::digits - 1));
     return static_cast<double>(std::fabs(static_cast<long double>(computed) - exact) / ulp);

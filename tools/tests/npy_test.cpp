@@ -211,6 +211,18 @@ TEST_CASE("data shorter or longer than the shape says is an IoError", "[npy][err
                      "bool element 2 holds byte 2");
 }
 
+TEST_CASE("to_tensor rejects an array built by hand whose bytes do not fit its shape or dtype", "[npy][errors]") {
+    npy::Array a;
+    a.dtype = npy::DType::Bool;
+    a.shape = {2};
+    a.data = {1, 7};
+    CHECK_THAT(test::error_message<IoError>([&] { (void)npy::to_tensor<bool>(a, "m.npy"); }),
+               Catch::Contains("m.npy") && Catch::Contains("holds byte 7"));
+    a.data = {1, 0, 1};
+    CHECK_THAT(test::error_message<IoError>([&] { (void)npy::to_tensor<bool>(a, "m.npy"); }),
+               Catch::Contains("m.npy") && Catch::Contains("3 data bytes for shape [2]"));
+}
+
 TEST_CASE("to_tensor names the file and both dtypes when the dtype is not the requested one", "[npy][errors]") {
     const auto a = npy::parse(npy::serialize<double>(Tensor<double>({2, 2}).view()), "x");
     try {
