@@ -21,6 +21,9 @@ Action add_report_command(CLI::App& app);
 // `attn bench [--quick] [--json FILE]`: speed and memory of the backends (commands_bench.cpp).
 Action add_bench_command(CLI::App& app);
 
+// `attn properties`, `attn mutants` and `attn search`: the property suite (commands_properties.cpp).
+Action add_properties_commands(CLI::App& app);
+
 // `attn sdpa`: scaled dot-product attention on .npy files (commands_sdpa.cpp).
 Action add_sdpa_command(CLI::App& app);
 

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
         attn::cli::add_run_commands(app),
         attn::cli::add_report_command(app),
         attn::cli::add_bench_command(app),
+        attn::cli::add_properties_commands(app),
         attn::cli::add_sdpa_command(app),
         attn::cli::add_mha_command(app),
     };
