@@ -45,7 +45,7 @@ Action add_report_command(CLI::App& app) {
     report->add_option("-j,--jobs", settings->jobs, "Worker threads over the grid")->check(CLI::Range(1, 64))
         ->capture_default_str();
     report->add_flag("--no-plots", settings->no_plots, "Do not draw the plots");
-    report->add_flag("--no-mutants", settings->no_mutants, "Do not run the mutants through the accuracy check");
+    report->add_flag("--no-mutants", settings->no_mutants, "Skip the mutant table and the mutants' accuracy sweep");
 
     return [report, settings]() -> int {
         if (!report->parsed()) return not_mine;
@@ -61,6 +61,7 @@ Action add_report_command(CLI::App& app) {
         options.update_baseline = s.update_baseline;
         options.plots = !s.no_plots;
         options.mutant_sweep = !s.no_mutants;
+        options.mutant_table = !s.no_mutants;
         options.jobs = s.jobs;
         options.artifact_dirs = {s.out_dir, std::string(ATTN_SOURCE_DIR) + "/reports/latest", ATTN_BINARY_DIR,
                                  std::string(ATTN_BINARY_DIR) + "/bench", std::string(ATTN_BINARY_DIR) + "/fuzz"};

@@ -10,11 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "artifacts.hpp"
 #include "attn/error.hpp"
+#include "attn/suite/property.hpp"
 #include "document.hpp"
 #include "plots.hpp"
 
@@ -241,18 +243,31 @@ Section rows_section(const std::vector<Row>& rows, const std::vector<Summary>& s
     return s;
 }
 
-// Mutants run through the same cross-product cases: a mutant is killed here when some row violates its bound or
-// the mutant throws where the correct implementations do not. The property suite's table is the authority.
-Section mutants_section(const std::vector<Row>& mutant_rows, const std::vector<const suite::Implementation*>& mutants,
-                        const std::vector<std::string>& artifact_dirs, bool swept) {
+// The property suite's mutant table (the authority on which bug each property catches), then the accuracy check's
+// own kill column: mutants run through the cross-product cases, killed when some row violates its bound or the
+// mutant throws where the correct implementations do not.
+Section mutants_section(const std::optional<std::vector<suite::MutantRow>>& table, const std::vector<Row>& mutant_rows,
+                        const std::vector<const suite::Implementation*>& mutants, bool swept) {
     Section s{"Mutants", {}};
-    if (const auto path = find_artifact(artifact_dirs, "mutants.json")) {
-        s.paragraph("The property suite's mutant table (`attn mutants`): which property kills each deliberately "
-                    "wrong implementation, and how fast.");
-        append_artifact(s, *path);
+    if (!table) {
+        s.paragraph("The property suite's mutant table was not run (`--no-mutants`); `attn mutants` prints it.");
     } else {
-        s.paragraph("The property suite's mutant table was not found (no `mutants.json`; `attn mutants` was not run "
-                    "before this report).");
+        Index killed = 0;
+        double seconds = 0;
+        Table t;
+        t.header = {"mutant", "bug", "killed", "first killing property", "dtype", "killing case", "cases until the kill",
+                    "seconds"};
+        for (const suite::MutantRow& m : *table) {
+            killed += m.killed;
+            seconds += m.seconds;
+            t.rows.push_back({m.mutant, m.description, m.killed ? "yes" : "**SURVIVED**", m.killed_by.empty() ? "-" : m.killed_by,
+                              m.dtype.empty() ? "-" : m.dtype, m.config.empty() ? "-" : "`" + m.config + "`",
+                              std::to_string(m.cases), fmt("%.2f", m.seconds)});
+        }
+        s.paragraph("The property suite against every deliberately wrong implementation of the registry (`attn "
+                    "mutants`): **mutation score " + std::to_string(killed) + "/" + std::to_string(table->size()) +
+                    "**, " + fmt("%.1f", seconds) + " s in all. A mutant that survives means a property is missing.");
+        s.table(std::move(t));
     }
     if (mutants.empty()) return s;
     if (!swept) {
@@ -260,7 +275,7 @@ Section mutants_section(const std::vector<Row>& mutant_rows, const std::vector<c
         return s;
     }
     Table t;
-    t.header = {"mutant", "bug", "killed by the accuracy sweep", "first killing row", "max tightness there"};
+    t.header = {"mutant", "killed by the accuracy sweep", "first killing row", "max tightness there"};
     Index killed = 0;
     for (const suite::Implementation* m : mutants) {
         const Row* first = nullptr;
@@ -274,16 +289,16 @@ Section mutants_section(const std::vector<Row>& mutant_rows, const std::vector<c
             }
         }
         killed += failed > 0;
-        t.rows.push_back({m->name, m->description,
-                          failed ? "yes (" + std::to_string(failed) + "/" + std::to_string(rows) + " rows)" : "**no**",
+        t.rows.push_back({m->name,
+                          failed ? "yes (" + std::to_string(failed) + "/" + std::to_string(rows) + " rows)" : "no",
                           first ? "`" + first->config + "`" : "-",
                           first ? (first->error.empty() ? tight(first->max_tightness) : "threw: " + first->error) : "-"});
     }
-    s.paragraph("The accuracy check alone (output within the oracle's bound) against every mutant, on the " +
-                std::to_string(mutant_rows.size()) + " rows of the distribution x mask cross product of the smoke "
-                "grid: **" + std::to_string(killed) + " of " + std::to_string(mutants.size()) + " killed**. A mutant "
-                "this sweep cannot see (dropout, weights-only bugs, shapes it does not use) must be killed by a "
-                "property instead.");
+    s.paragraph("The accuracy check alone (every output element within the oracle's bound) against every mutant, on "
+                "the " + std::to_string(mutant_rows.size()) + " rows of the distribution x mask cross product of the "
+                "smoke grid: " + std::to_string(killed) + " of " + std::to_string(mutants.size()) + " killed. Bugs "
+                "this sweep cannot see (dropout, NaN handling, weights-only bugs, shapes it does not use) are the "
+                "properties' job.");
     s.table(std::move(t));
     return s;
 }
@@ -395,7 +410,14 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
         mutant_rows = sweep(small, mutants, options.jobs, "mutants");
     }
 
-    // 5. Plots and the document.
+    // 5. The property suite's mutant table.
+    std::optional<std::vector<suite::MutantRow>> table;
+    if (options.mutant_table) {
+        log << "mutant table: the property suite against every mutant (one line per mutant on stderr)" << std::endl;
+        table = suite::mutant_table(suite::settings_from_environment(false), &std::cerr);
+    }
+
+    // 6. Plots and the document.
     const fs::path out_dir = options.out_dir;
     fs::create_directories(out_dir);
     Plots plots;
@@ -405,7 +427,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     doc.sections.push_back(drift_section(run.drift));
     doc.sections.push_back(failures_section(run.rows));
     doc.sections.push_back(plots_section(plots, options.plots));
-    doc.sections.push_back(mutants_section(mutant_rows, mutants, options.artifact_dirs, options.mutant_sweep));
+    doc.sections.push_back(mutants_section(table, mutant_rows, mutants, options.mutant_sweep));
     doc.sections.push_back(artifact_section(
         "Fuzzing", "fuzz.json", "Figures of the last `attn fuzz` run: executions per second, coverage, findings.",
         "`attn fuzz` leaves it", options.artifact_dirs));
@@ -417,7 +439,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     doc.sections.push_back(rows_section(run.rows, run.summaries));
     doc.sections.push_back(reading_section());
 
-    // 6. Files. The run's JSON never silently replaces the baseline: without --update-baseline it goes next to it
+    // 7. Files. The run's JSON never silently replaces the baseline: without --update-baseline it goes next to it
     // as accuracy.new.json when the output directory is the baseline's.
     const std::string json_text = accuracy_json(options.grid, run.rows, margin).dump(1) + "\n";
     fs::path json_path = out_dir / "accuracy.json";
@@ -428,7 +450,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     write_text(out_dir / "accuracy.md", render_markdown(doc));
     write_text(out_dir / "index.html", render_html(doc, out_dir.string()));
 
-    // 7. The log.
+    // 8. The log.
     log << "\n";
     char line[512];
     std::snprintf(line, sizeof line, "%-12s %-7s %5s %10s %10s %10s %10s %10s %6s\n", "impl", "dtype", "rows",

@@ -172,6 +172,7 @@ ReportOptions smoke_options(const TempDir& dir) {
     o.check = true;
     o.plots = false;
     o.mutant_sweep = false;
+    o.mutant_table = false;
     return o;
 }
 

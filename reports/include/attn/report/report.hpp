@@ -20,8 +20,9 @@ struct ReportOptions {
     bool update_baseline = false;
     bool plots = true;
     bool mutant_sweep = true;   // also run every mutant on the small cross-product cases (a kill column)
+    bool mutant_table = true;   // run the property suite's mutant table (attn mutants) into the report
     int jobs = 1;               // worker threads over the grid (rows are independent; results keep grid order)
-    std::vector<std::string> artifact_dirs;  // where mutants.json, fuzz.json and bench.json are looked for
+    std::vector<std::string> artifact_dirs;  // where fuzz.json and bench.json are looked for
     std::string command = "attn report";     // as typed, for the report header
 };
 
