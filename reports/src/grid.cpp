@@ -85,10 +85,11 @@ struct Shape6 {
 
 void add_sweeps(std::vector<Case>& cases, const std::vector<Index>& tks, const std::vector<Index>& dks,
                 const std::vector<double>& logit_stds) {
-    for (Index Tk : tks) cases.push_back({"tk", 1, 1, 3, Tk, 64, 32, MaskKind::None, Distribution::Normal, 1});
-    for (Index Dk : dks) cases.push_back({"dk", 1, 1, 5, 48, Dk, 16, MaskKind::None, Distribution::Normal, 1});
+    // H=4 and Dv >= 32 give every row at least 512 output elements, so its p99 is not just its max.
+    for (Index Tk : tks) cases.push_back({"tk", 1, 4, 3, Tk, 64, 64, MaskKind::None, Distribution::Normal, 1});
+    for (Index Dk : dks) cases.push_back({"dk", 1, 4, 5, 48, Dk, 32, MaskKind::None, Distribution::Normal, 1});
     for (double s : logit_stds)
-        cases.push_back({"logit-scale", 1, 1, 4, 96, 32, 16, MaskKind::None, Distribution::LargeLogits, s});
+        cases.push_back({"logit-scale", 1, 4, 4, 96, 32, 32, MaskKind::None, Distribution::LargeLogits, s});
 }
 
 void add_cross(std::vector<Case>& cases, const std::vector<Shape6>& shapes) {
@@ -132,7 +133,7 @@ std::vector<Case> make_grid(GridKind grid) {
             add_cross(cases, {{2, 2, 7, 9, 16, 8},
                               {1, 2, 33, 17, 24, 40},
                               {2, 3, 64, 200, 64, 64},
-                              {1, 1, 1, 1000, 128, 128},
+                              {1, 2, 1, 1000, 128, 128},
                               {3, 1, 100, 37, 8, 8}});
             break;
     }

@@ -111,7 +111,7 @@ Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
     std::vector<std::string> impls;
     for (const Row& row : rows)
         if (std::find(impls.begin(), impls.end(), row.impl) == impls.end()) impls.push_back(row.impl);
-    const std::string terminal = "set terminal svg size 1500,460 font 'Helvetica,13' background rgb 'white' noenhanced\n";
+    const std::string terminal = "set terminal svg size 1500,500 font 'Helvetica,13' background rgb 'white' noenhanced\n";
 
     for (const std::string& impl : impls) {
         for (const Sweep& sweep : sweeps) {
@@ -165,7 +165,7 @@ Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
             gp << terminal << "set output " << quoted(svg.string()) << "\n"
                << "set multiplot layout 1,3 title "
                << quoted(impl + ": " + sweep.what + " (" + fixed_fields(sweep, first->grid_case) + ")") << "\n"
-               << "set logscale x 2\nset logscale y 10\nset grid\nset key top left box opaque\n"
+               << "set logscale x 2\nset logscale y 10\nset grid\nset key below horizontal\n"
                << "set xlabel " << quoted(sweep.xlabel) << "\n";
             panel("error in ulps (max, 99th percentile)", "ulps of the dtype", ulp_axis);
             gp << "plot " << ulp_plot.str() << "\n";
