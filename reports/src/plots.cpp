@@ -165,7 +165,7 @@ Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
             gp << terminal << "set output " << quoted(svg.string()) << "\n"
                << "set multiplot layout 1,3 title "
                << quoted(impl + ": " + sweep.what + " (" + fixed_fields(sweep, first->grid_case) + ")") << "\n"
-               << "set logscale x 2\nset logscale y 10\nset grid\nset key below horizontal\n"
+               << "set logscale x 2\nset logscale y 10\nset grid\nset key below horizontal height 1\n"
                << "set xlabel " << quoted(sweep.xlabel) << "\n";
             panel("error in ulps (max, 99th percentile)", "ulps of the dtype", ulp_axis);
             gp << "plot " << ulp_plot.str() << "\n";
