@@ -58,8 +58,9 @@ std::vector<Implementation> build() {
     std::vector<Implementation> all;
     all.push_back(library_backend("reference", "the library's reference backend (BLIS gemm, softmax, BLIS gemm)",
                                   Backend::Reference, oracle::reference_model()));
+    // The oracle's model of the tiled kernel, with the kernel's key block (attn/tiled.hpp).
     all.push_back(library_backend("tiled", "the library's tiled backend (online softmax over key blocks, Highway exp)",
-                                  Backend::Tiled, oracle::tiled_model(tiled_key_block)));
+                                  Backend::Tiled, oracle::tiled_model(tiled_kernel_info.key_block)));
     Implementation mha;
     mha.name = "mha";
     mha.description = "SDPA inputs through MultiHeadAttention's head split, SDPA core and head merge (mha_sdpa_path)";

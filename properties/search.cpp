@@ -86,11 +86,21 @@ SearchResult targeted_search(const Implementation& impl, Dtype dtype, int restar
     best.tightness = -1;
     Rng rng(seed);
     const rc::Gen<SdpaCase> start = gen::sdpa_case(dtype, {.small = true});
+    // Each climb starts from the best of `pool` random cases: the shape and mask decide most of the attainable
+    // error/bound, which single random starts sample too thinly (measured: 20 climbs of 300 steps from single
+    // random starts stayed below the best of 3000 plain random cases).
+    constexpr int pool = 50;
     for (int s = 0; s < restarts; ++s) {
-        SdpaCase current = start(rc::Random(rng.next()), 50).value();
+        SdpaCase current;
         std::string summary;
-        double score = measure(impl, current, &summary);
-        ++best.evaluations;
+        double score = -2;
+        for (int p = 0; p < pool; ++p) {
+            SdpaCase candidate = start(rc::Random(rng.next()), 50).value();
+            std::string cand_summary;
+            const double t = measure(impl, candidate, &cand_summary);
+            ++best.evaluations;
+            if (t > score) current = std::move(candidate), score = t, summary = cand_summary;
+        }
         for (int step = 0; step < steps; ++step) {
             const SdpaCase candidate = mutate(current, rng);
             std::string cand_summary;

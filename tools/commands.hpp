@@ -18,16 +18,19 @@ Action add_run_commands(CLI::App& app);
 // `attn report`: the accuracy report and its drift check (commands_report.cpp).
 Action add_report_command(CLI::App& app);
 
-// `attn bench [--quick] [--json FILE]`: speed and memory of the backends (commands_bench.cpp).
-Action add_bench_command(CLI::App& app);
-
 // `attn properties`, `attn mutants` and `attn search`: the property suite (commands_properties.cpp).
 Action add_properties_commands(CLI::App& app);
 
 // `attn sdpa`: scaled dot-product attention on .npy files (commands_sdpa.cpp).
 Action add_sdpa_command(CLI::App& app);
 
+// `attn oracle`, `attn check` and `attn oracle-sweep`: the oracle on .npy files (commands_oracle.cpp).
+Action add_oracle_commands(CLI::App& app);
+
 // `attn mha`: multi-head attention on .npy files, PyTorch parameter layouts (commands_mha.cpp).
 Action add_mha_command(CLI::App& app);
+
+// `attn bench [--quick] [--json FILE]`: speed and memory of the backends (commands_bench.cpp).
+Action add_bench_command(CLI::App& app);
 
 }  // namespace attn::cli

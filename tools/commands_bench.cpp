@@ -19,6 +19,7 @@
 
 namespace attn::cli {
 
+#ifdef ATTN_BENCH_BINARY
 namespace {
 
 using nlohmann::json;
@@ -77,6 +78,7 @@ std::string capture(const std::string& command) {
 }
 
 }  // namespace
+#endif
 
 Action add_bench_command(CLI::App& app) {
     auto* bench = app.add_subcommand("bench", "Speed of tiled vs reference vs naive BLIS attention vs gemm, and memory");

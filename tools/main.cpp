@@ -12,10 +12,11 @@ int main(int argc, char** argv) {
     const std::vector<attn::cli::Action> actions = {
         attn::cli::add_run_commands(app),
         attn::cli::add_report_command(app),
-        attn::cli::add_bench_command(app),
         attn::cli::add_properties_commands(app),
         attn::cli::add_sdpa_command(app),
+        attn::cli::add_oracle_commands(app),
         attn::cli::add_mha_command(app),
+        attn::cli::add_bench_command(app),
     };
     try {
         app.parse(argc, argv);

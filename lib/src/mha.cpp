@@ -404,33 +404,77 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
         if (allowed_mask) s += ", allowed_mask " + to_string(allowed_mask->shape());
         return " (" + s + ")";
     };
-    if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
-        throw ShapeError(function + ": q, k and v must be (B, H, Tq, Dk), (B, G, Tk, Dk), (B, G, Tk, Dv)" + shapes());
-    const Index H = q.dim(1), G = k.dim(1), Tq = q.dim(2), Tk = k.dim(2), Dk = q.dim(3), Dv = v.dim(3);
-    if (k.dim(3) != Dk)
-        throw ShapeError(function + ": q has Dk=" + str(Dk) + " but k has Dk=" + str(k.dim(3)) + shapes());
-    if (v.dim(2) != Tk || v.dim(1) != G)
-        throw ShapeError(function + ": k and v must have the same kv heads G and Tk" + shapes());
-    if (G < 1 || H % G != 0)
-        throw ShapeError(function + ": q has H=" + str(H) + " heads, not a multiple of the G=" + str(G) + " kv heads of k" +
-                         shapes());
-    const Index B = broadcast_shapes(broadcast_shapes({q.dim(0)}, {k.dim(0)}, function, "q", "k"), {v.dim(0)}, function,
-                                     "q/k", "v")[0];
-    std::optional<TensorView<const bool>> mask4;
-    if (allowed_mask) {
-        if (allowed_mask->rank() > 4)
-            throw ShapeError(function + ": allowed_mask has more dims than the scores (B, H, Tq, Tk)" + shapes());
-        mask4 = *allowed_mask;
-        while (mask4->rank() < 4) mask4 = mask4->unsqueeze(0);  // NumPy rules: leading dims of size 1
+    if (q.rank() < 2 || k.rank() < 2 || v.rank() < 2)
+        throw ShapeError(function + ": q, k and v need rank >= 2 (..., T, D)" + shapes());
+    const Index Tq = q.dim(-2), Tk = k.dim(-2), Dk = q.dim(-1), Dv = v.dim(-1);
+    if (k.dim(-1) != Dk) throw ShapeError(function + ": q has Dk=" + str(Dk) + " but k has Dk=" + str(k.dim(-1)) + shapes());
+    if (v.dim(-2) != Tk) throw ShapeError(function + ": k has Tk=" + str(Tk) + " but v has Tk=" + str(v.dim(-2)) + shapes());
+
+    // The last batch dim is the heads, the ones before it fold into B. Grouped kv heads (rank 4, k and v with
+    // G > 1 heads, G != H) are the one form beyond NumPy broadcasting; everything else broadcasts as in SDPA.
+    const bool grouped = q.rank() == 4 && k.rank() == 4 && v.rank() == 4 && k.dim(1) == v.dim(1) && k.dim(1) > 1 &&
+                         k.dim(1) != q.dim(1);
+    Shape batch;  // (leading..., H)
+    Index G = 1;
+    if (grouped) {
+        if (q.dim(1) % k.dim(1) != 0)
+            throw ShapeError(function + ": q has H=" + str(q.dim(1)) + " heads, not a multiple of the G=" + str(k.dim(1)) +
+                             " kv heads of k" + shapes());
+        const Index B = broadcast_shapes(broadcast_shapes({q.dim(0)}, {k.dim(0)}, function, "q", "k"), {v.dim(0)}, function,
+                                         "q/k", "v")[0];
+        batch = {B, q.dim(1)};
+        G = k.dim(1);
+    } else {
+        const auto batch_of = [](TensorView<const T> t) { return Shape(t.shape().begin(), t.shape().end() - 2); };
+        try {
+            batch = broadcast_shapes(broadcast_shapes(batch_of(q), batch_of(k), function, "q", "k"), batch_of(v), function,
+                                     "q/k", "v");
+        } catch (const ShapeError&) {
+            throw ShapeError(function + ": batch dims of q, k and v do not broadcast" + shapes());
+        }
+        if (batch.empty()) batch = {1};
+        // One kv head serves every query head when neither k nor v has more than one head.
+        const auto heads_of = [](TensorView<const T> t) { return t.rank() > 2 ? t.dim(-3) : Index(1); };
+        G = heads_of(k) == 1 && heads_of(v) == 1 ? 1 : batch.back();
     }
-    // Lay the heads out as the module's projected width: x (B, T, heads*D), x[b, t, h*D + d] = q[b, h, t, d].
+    const Index H = batch.back();
+    const Shape leading(batch.begin(), batch.end() - 1);
+    const Index B = numel(leading);
+    const auto with = [&](Shape s, std::initializer_list<Index> tail) {
+        s.insert(s.end(), tail);
+        return s;
+    };
+    const auto with_heads = [&](Index heads, Index a, Index b) { return with(leading, {heads, a, b}); };
+    Shape output_shape = with(batch, {Tq, Dv}), weights_shape = with(batch, {Tq, Tk});
+    if (q.rank() == 2 && k.rank() == 2 && v.rank() == 2) output_shape = {Tq, Dv}, weights_shape = {Tq, Tk};
+    if (H == 0 || B == 0) {  // no heads or no batch: SDPA's answer is empty too
+        SdpaResult<T> empty{Tensor<T>(output_shape), std::nullopt};
+        if (options.return_weights) empty.weights = Tensor<T>(weights_shape);
+        return empty;
+    }
+    if (G > 1 && H % G != 0)
+        throw ShapeError(function + ": q has H=" + str(H) + " heads, not a multiple of the G=" + str(G) + " kv heads" + shapes());
+
+    std::optional<Tensor<bool>> mask4;  // (B, H, Tq, Tk), contiguous
+    if (allowed_mask) {
+        const Shape target = with(batch, {Tq, Tk});
+        if (allowed_mask->rank() > static_cast<Index>(target.size()))
+            throw ShapeError(function + ": allowed_mask has more dims than the scores " + to_string(target) + shapes());
+        try {
+            mask4 = Tensor<bool>::copy_of(allowed_mask->broadcast_to(target, function, "allowed_mask")).reshaped({B, H, Tq, Tk});
+        } catch (const ShapeError&) {
+            throw ShapeError(function + ": allowed_mask does not broadcast to the scores " + to_string(target) + shapes());
+        }
+    }
+    // Lay the heads out as the module's projected width: x (B, T, heads*D), x[b, t, h*D + d] = in[b, h, t, d].
     const auto pack = [&](TensorView<const T> view, Index heads, Index Tn, Index D) {
-        const TensorView<const T> full = view.broadcast_to({B, heads, Tn, D}, function, "input");
+        // (leading..., heads, Tn, D) contiguous, i.e. (B, heads, Tn, D) in memory.
+        const Tensor<T> full = Tensor<T>::copy_of(view.broadcast_to(with_heads(heads, Tn, D), function, "input"));
         Tensor<T> x({B, Tn, heads * D});
         for (Index b = 0; b < B; ++b)
             for (Index h = 0; h < heads; ++h)
                 for (Index t = 0; t < Tn; ++t)
-                    for (Index d = 0; d < D; ++d) x[(b * Tn + t) * heads * D + h * D + d] = full({b, h, t, d});
+                    std::copy_n(full.data() + ((b * heads + h) * Tn + t) * D, D, x.data() + (b * Tn + t) * heads * D + h * D);
         return x;
     };
     const Tensor<T> xq = pack(q, H, Tq, Dk), xk = pack(k, G, Tk, Dk), xv = pack(v, G, Tk, Dv);
@@ -438,15 +482,19 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     mha.is_causal = options.is_causal;
     mha.alignment = options.alignment;
     mha.weights = options.return_weights ? MhaWeights::PerHead : MhaWeights::None;
-    mha.scale = options.scale;
+    mha.scale = options.scale;  // default 1/sqrt(Dk), as in SDPA
     mha.empty_rows = options.empty_rows;
     mha.check_finite = options.check_finite;
     mha.backend = options.backend;
     mha.num_threads = options.num_threads;
-    MhaResult<T> r = multi_head_sdpa_impl<T>(xq, xk, xv, H, G, mask4, mha, {});
-    // unpack: context (B, Tq, H*Dv) -> (B, Tq, H, Dv) -> transpose -> (B, H, Tq, Dv).
+    std::optional<TensorView<const bool>> mask_view;
+    if (mask4) mask_view = mask4->view();
+    MhaResult<T> r = multi_head_sdpa_impl<T>(xq, xk, xv, H, G, mask_view, mha, {});
+    // unpack: context (B, Tq, H*Dv) -> (B, Tq, H, Dv) -> transpose -> (B, H, Tq, Dv) -> (batch..., Tq, Dv).
     const TensorView<const T> context(r.output.data(), {B, H, Tq, Dv}, {Tq * H * Dv, Dv, H * Dv, 1});
-    return SdpaResult<T>{Tensor<T>::copy_of(context), std::move(r.weights)};
+    SdpaResult<T> result{Tensor<T>::copy_of(context).reshaped(output_shape), std::nullopt};
+    if (r.weights) result.weights = std::move(*r.weights).reshaped(weights_shape);
+    return result;
 }
 
 }  // namespace
@@ -581,8 +629,10 @@ template <class T>
 void MultiHeadAttention<T>::set_in_proj_bias(TensorView<const T> b) {
     const std::string function = "MultiHeadAttention::set_in_proj_bias";
     require_bias(bias_, "set_in_proj_bias");
-    if (G_ != H_ || kdim_ != E_ || vdim_ != E_)
-        throw ConfigError(function + ": a packed in_proj_bias needs num_kv_heads == num_heads and kdim == vdim == embed_dim");
+    // Unlike the weight, the packed bias exists whatever kdim and vdim are (nn.MultiheadAttention keeps it then too).
+    if (G_ != H_)
+        throw ConfigError(function + ": a packed in_proj_bias needs num_kv_heads == num_heads (num_heads=" + str(H_) +
+                          ", num_kv_heads=" + str(G_) + "); set q, k, v biases separately");
     if (b.shape() != Shape{3 * E_})
         throw ShapeError(function + ": in_proj_bias must be " + to_string(Shape{3 * E_}) + " = (3E), got " +
                          to_string(b.shape()));

@@ -234,7 +234,8 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
                         if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[c0 + c])) {
                             x = neg_inf;
                         } else if (options.check_finite && !std::isfinite(x)) {
-                            throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i0 + i);
+                            throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i0 + i,
+                                           p.shapes);
                         }
                     }
                     for (Index c = end; c < nbj; ++c) s[c * nr + rr] = neg_inf;
@@ -244,7 +245,7 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
                     for (Index c = 0; c < nbj; ++c)
                         if (!std::isfinite(s[c * nr + rr]))
                             throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b),
-                                           i0 + jq * nr + rr);
+                                           i0 + jq * nr + rr, p.shapes);
             }
 
             // 4. online softmax: s^T becomes p^T; acc and l are rescaled to the new max.
@@ -270,7 +271,8 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
         if (options.check_finite)
             for (Index d = 0; d < Dv; ++d)
                 if (!std::isfinite(orow[d]))
-                    throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i0 + i);
+                    throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i0 + i,
+                                   p.shapes);
     }
 }
 

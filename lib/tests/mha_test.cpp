@@ -695,6 +695,12 @@ TEST_CASE("wrong parameter shapes and unavailable parameters are clear errors", 
     for (Index f = 0; f < 24; ++f) in_bias[f] = static_cast<float>(f);
     packed.set_in_proj_bias(in_bias);
     CHECK(packed.v_proj_bias()({0}) == 16.0f);
+    MhaConfig cross = config(8, 2);
+    cross.kdim = 5, cross.vdim = 3;  // the packed bias still fits: each part is E long
+    MultiHeadAttention<float> cross_module(cross);
+    cross_module.set_in_proj_bias(in_bias);
+    CHECK(cross_module.k_proj_bias()({0}) == 8.0f);
+    CHECK_THROWS_AS(cross_module.set_in_proj_weight(Tensor<float>({24, 8})), ConfigError);
     MhaConfig nb = config(8, 2);
     nb.bias = false;
     MultiHeadAttention<float> no_bias(nb);
@@ -766,8 +772,59 @@ TEST_CASE("multi_head_sdpa and mha_sdpa_path reject inconsistent inputs", "[mha]
               .find("mha_sdpa_path: q has H=4 heads, not a multiple of the G=3 kv heads of k") == 0);
     CHECK_THROWS_AS(mha_sdpa_path(q4, Tensor<float>({2, 2, 6, 4}), v4), ShapeError);
     CHECK_THROWS_AS(mha_sdpa_path(q4, k4, Tensor<float>({2, 2, 5, 3})), ShapeError);
-    CHECK_THROWS_AS(mha_sdpa_path(Tensor<float>({4, 3, 5}), k4, v4), ShapeError);
+    CHECK_THROWS_AS(mha_sdpa_path(Tensor<float>({5}), k4, v4), ShapeError);
     CHECK_THROWS_AS(mha_sdpa_path(q4, Tensor<float>({3, 2, 6, 5}), v4), ShapeError);
     CHECK_THROWS_AS(mha_sdpa_path(q4, k4, v4, Tensor<bool>({1, 1, 1, 3, 6}, true).view()), ShapeError);
     CHECK_THROWS_AS(mha_sdpa_path(q4, k4, v4, Tensor<bool>({3, 5}, true).view()), ShapeError);
+}
+
+TEST_CASE("zero-size batches, queries and keys give empty or policy-defined outputs", "[mha][contracts]") {
+    std::mt19937_64 rng(67);
+    MultiHeadAttention<float> mha(config(4, 2));
+    set_random_biases(mha, rng);
+    CHECK(mha.forward_self(Tensor<float>({0, 3, 4})).output.shape() == Shape{0, 3, 4});
+    CHECK(mha.forward_self(Tensor<float>({2, 0, 4})).output.shape() == Shape{2, 0, 4});
+    const Tensor<float> x = random_tensor<float>({2, 3, 4}, rng), no_keys({2, 0, 4});
+    CHECK_THROWS_AS(mha.forward_cross(x, no_keys), MaskError);
+    MhaOptions zero;
+    zero.empty_rows = EmptyRowPolicy::Zero;
+    zero.weights = MhaWeights::PerHead;
+    const auto r = mha.forward_cross(x, no_keys, std::nullopt, zero);  // every context row is 0: output = out_proj bias
+    REQUIRE(r.weights->shape() == Shape{2, 2, 3, 0});
+    for (Index f = 0; f < r.output.numel(); ++f) CHECK(r.output[f] == mha.out_proj_bias()({f % 4}));
+    SdpaOptions with_weights;
+    with_weights.return_weights = true;
+    const auto none = mha_sdpa_path(Tensor<float>({2, 0, 3, 4}), Tensor<float>({2, 1, 5, 4}), Tensor<float>({2, 1, 5, 2}),
+                                    std::nullopt, with_weights);
+    CHECK(none.output.shape() == Shape{2, 0, 3, 2});
+    CHECK(none.weights->shape() == Shape{2, 0, 3, 5});
+}
+
+TEST_CASE("mha_sdpa_path takes SDPA's broadcast ranks: unbatched, 3-D, broadcast heads and masks", "[mha][sdpa_path]") {
+    std::mt19937_64 rng(71);
+    SdpaOptions options;
+    options.return_weights = true;
+    options.empty_rows = EmptyRowPolicy::Zero;
+    const auto same = [&](TensorView<const double> q, TensorView<const double> k, TensorView<const double> v,
+                          std::optional<TensorView<const bool>> allowed_mask) {
+        const auto direct = scaled_dot_product_attention(q, k, v, allowed_mask, options);
+        const auto path = mha_sdpa_path(q, k, v, allowed_mask, options);
+        return bitwise_equal(direct.output, path.output) && bitwise_equal(*direct.weights, *path.weights);
+    };
+    const Tensor<double> q2 = random_tensor<double>({4, 3}, rng), k2 = random_tensor<double>({6, 3}, rng),
+                         v2 = random_tensor<double>({6, 2}, rng);
+    const Tensor<bool> m2 = random_mask({4, 6}, rng);
+    CHECK(same(q2, k2, v2, std::nullopt));
+    CHECK(same(q2, k2, v2, m2.view()));
+    // 3-D q (H, Tq, Dk) with one shared kv head (1, Tk, Dk): multi-query by broadcasting.
+    const Tensor<double> q3 = random_tensor<double>({3, 4, 3}, rng), k3 = random_tensor<double>({1, 6, 3}, rng),
+                         v3 = random_tensor<double>({1, 6, 2}, rng);
+    CHECK(same(q3, k3, v3, m2.view()));
+    // 5-D with a broadcast batch dim and a per-head mask (1, 1, H, Tq, Tk).
+    const Tensor<double> q5 = random_tensor<double>({2, 1, 3, 4, 3}, rng), k5 = random_tensor<double>({1, 2, 3, 6, 3}, rng),
+                         v5 = random_tensor<double>({1, 2, 3, 6, 2}, rng);
+    const Tensor<bool> m5 = random_mask({1, 1, 3, 4, 6}, rng);
+    CHECK(same(q5, k5, v5, m5.view()));
+    CHECK(mha_sdpa_path(q5, k5, v5, m5.view(), options).output.shape() == Shape{2, 2, 3, 4, 2});
+    CHECK_THROWS_AS(mha_sdpa_path(q3, Tensor<double>({2, 6, 3}), Tensor<double>({2, 6, 2})), ShapeError);  // 3 vs 2 heads
 }

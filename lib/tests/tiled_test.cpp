@@ -387,3 +387,29 @@ TEMPLATE_TEST_CASE("the kernel's exp is within tiled_exp_max_ulps of the correct
     INFO("max ulp distance " << worst << " at x = " << worst_x);
     CHECK(worst <= tiled_exp_max_ulps);
 }
+
+TEST_CASE("Backend::Auto runs tiled from 128 x 128 scores on and reference below or when weights are asked for",
+          "[tiled][dispatch]") {
+    Rng rng(7400);
+    const auto same_bits = [](const Tensor<float>& a, const Tensor<float>& b) {
+        for (Index e = 0; e < a.numel(); ++e)
+            if (a[e] != b[e]) return false;
+        return true;
+    };
+    for (const Index T : {Index(100), Index(128)}) {
+        const Tensor<float> q = random_tensor<float>(rng, {2, T, 16});
+        const Tensor<float> k = random_tensor<float>(rng, {2, T, 16});
+        const Tensor<float> v = random_tensor<float>(rng, {2, T, 16});
+        SdpaOptions options;
+        const auto run = [&](Backend backend, bool weights) {
+            options.backend = backend;
+            options.return_weights = weights;
+            return scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options).output;
+        };
+        const Tensor<float> tiled = run(Backend::Tiled, false), reference = run(Backend::Reference, false);
+        REQUIRE_FALSE(same_bits(tiled, reference));  // otherwise the dispatch would be unobservable
+        CHECK(same_bits(run(Backend::Auto, false), T == 128 ? tiled : reference));
+        CHECK(same_bits(run(Backend::Auto, true), reference));
+        CHECK(same_bits(run(Backend::Tiled, true), reference));
+    }
+}

@@ -95,14 +95,16 @@ private:
     // Per batch element, contiguous copies in double (exact for float and double inputs).
     std::vector<double> qd_, kd_, vd_;
 
-    void put_output(Index flat, const Real& x, double bound, double scale, double self_error) {
-        store(x, out_.output.data()[flat], out_.output_exact.data()[flat], out_.output_exact_lo.data()[flat]);
+    // Every value is stored from hi + lo: hi = the value rounded to double, lo = the rest rounded to double
+    // (106 bits, far below any bound; see BOUNDS.md section 5).
+    void put_output(Index flat, double hi, double lo, double bound, double scale, double self_error) {
+        store(hi, lo, out_.output.data()[flat], out_.output_exact.data()[flat], out_.output_exact_lo.data()[flat]);
         out_.output_bound.data()[flat] = bound;
         out_.output_scale.data()[flat] = scale;
         note_self_error(self_error, bound);
     }
-    void put_weight(Index flat, const Real& x, double bound, double self_error) {
-        store(x, out_.weights.data()[flat], out_.weights_exact.data()[flat], out_.weights_exact_lo.data()[flat]);
+    void put_weight(Index flat, double hi, double lo, double bound, double self_error) {
+        store(hi, lo, out_.weights.data()[flat], out_.weights_exact.data()[flat], out_.weights_exact_lo.data()[flat]);
         out_.weights_bound.data()[flat] = bound;
         note_self_error(self_error, bound);
     }
@@ -111,17 +113,20 @@ private:
         const double ratio = bound > 0 ? self_error / bound : std::numeric_limits<double>::infinity();
         out_.oracle_error_ratio = std::max(out_.oracle_error_ratio, ratio);
     }
-    static void store(const Real& x, T& rounded, long double& exact, long double& exact_lo) {
-        const double hi = static_cast<double>(x);
-        const double lo = std::isfinite(hi) ? static_cast<double>(Real(x - Real(hi))) : 0.0;
+    static void store(double hi, double lo, T& rounded, long double& exact, long double& exact_lo) {
         rounded = round_to<T>(hi, lo);
-        exact = static_cast<long double>(x);
-        exact_lo = std::isfinite(hi) ? static_cast<long double>(Real(x - Real(exact))) : 0.0L;
+        exact = static_cast<long double>(hi) + static_cast<long double>(lo);
+        // hi - exact is exact (Sterbenz); exact + exact_lo = hi + lo to ~2^-117 relative.
+        exact_lo = std::isfinite(hi) ? (static_cast<long double>(hi) - exact) + static_cast<long double>(lo) : 0.0L;
+    }
+    // hi and lo of a Real.
+    static void split(const Real& x, double& hi, double& lo) {
+        hi = static_cast<double>(x);
+        lo = std::isfinite(hi) ? static_cast<double>(Real(x - Real(hi))) : 0.0;
     }
     void fill_row(Index b, Index i, double value) {
-        const Real x(value);
-        for (Index c = 0; c < p_.Dv; ++c) put_output((b * p_.Tq + i) * p_.Dv + c, x, 0, 0, 0);
-        for (Index j = 0; j < p_.Tk; ++j) put_weight((b * p_.Tq + i) * p_.Tk + j, x, 0, 0);
+        for (Index c = 0; c < p_.Dv; ++c) put_output((b * p_.Tq + i) * p_.Dv + c, value, 0, 0, 0, 0);
+        for (Index j = 0; j < p_.Tk; ++j) put_weight((b * p_.Tq + i) * p_.Tk + j, value, 0, 0, 0);
     }
 
     void gather(Index b, const Readability& r) {
@@ -204,7 +209,10 @@ private:
             if (fast) {
                 const DoubleDouble dd = dot2(qi, kj, Dk, abs_dot[c]);
                 s[c] = scale_mp * (Real(dd.hi) + Real(dd.lo));
-                logit_self[c] = (2 * gamma(2.0 * Dk, 0x1p-53) * 0x1p-53 + 3 * u_mp_) * abs_scale * abs_dot[c];
+                // Dot2 without its final rounding: gamma_Dk(2^-53)^2 |q|.|k| (Ogita, Rump, Oishi 2005, Prop. 5.5);
+                // doubled, plus the sum hi + lo and the scale in Real.
+                const double g = gamma(static_cast<double>(Dk), 0x1p-53);
+                logit_self[c] = (2 * g * g + 3 * u_mp_) * abs_scale * abs_dot[c];
             } else {
                 Real acc(0);
                 double a = 0;
@@ -272,7 +280,9 @@ private:
         self.log_down = std::log1p(-u_mp_);
         self.gamma_S = gamma(nd - 1, u_mp_);
         // The weighted sum: double-double (p_j to 2^-106, then Dot2) or Real; plus the division's rounding.
-        self.gamma_O = (fast ? 2 * gamma(2.0 * nd, 0x1p-53) * 0x1p-53 + 4 * 0x1p-106 : gamma(nd, u_mp_)) + 2 * u_mp_;
+        // 2n terms (p_hi v_j exactly via TwoProd, p_lo v_j rounded) through Dot2, and p_j to 2^-106 as hi + lo.
+        const double g2n = gamma(2.0 * nd, 0x1p-53);
+        self.gamma_O = (fast ? 2 * g2n * g2n + 4 * 0x1p-106 : gamma(nd, u_mp_)) + 2 * u_mp_;
         self.u_div = u_mp_;
 
         const Normalisation nz[4] = {normalise(impl, pw, sigma, log_W, pivot, false),
@@ -286,42 +296,39 @@ private:
         const bool abs_ok = S_min > 0.25;
         const double inf = std::numeric_limits<double>::infinity();
 
-        // 4. weights p_j = e_j / W (BOUNDS.md section 4).
-        for (Index j = 0; j < Tk; ++j) put_weight((b * p_.Tq + i) * Tk + j, Real(0), 0, 0);
+        // 4. weights p_j = e_j / W (BOUNDS.md section 4); p_j = pw + p_lo to 106 bits.
+        std::vector<double> p_lo(static_cast<std::size_t>(n));
+        for (Index c = 0; c < n; ++c) p_lo[c] = static_cast<double>(Real(pr[c] - Real(pw[c])));
+        // Blocked and unreadable keys keep weight 0 with bound 0: the result tensors start zero-filled.
         for (Index c = 0; c < n; ++c) {
             const double rel_impl = std::min(nz[0].weight_rel(c, pw[c], impl.u_div), nz[1].weight_rel(c, pw[c], impl.u_div));
             const double bound =
                 abs_ok ? (rel_impl + (H0 * (1 + u_) + (pw[c] + rel_impl) * Z) / S_min + eta_) * kBoundInflation : inf;
             const double self_error =
-                std::min(nz[2].weight_rel(c, pw[c], self.u_div), nz[3].weight_rel(c, pw[c], self.u_div)) + 0x1p-1070;
-            put_weight((b * p_.Tq + i) * Tk + keys[c], pr[c], bound, self_error);
+                std::min(nz[2].weight_rel(c, pw[c], self.u_div), nz[3].weight_rel(c, pw[c], self.u_div)) +
+                0x1p-105 * pw[c] + 0x1p-1070;  // + storing p_j as pw + p_lo
+            put_weight((b * p_.Tq + i) * Tk + keys[c], pw[c], p_lo[c], bound, self_error);
         }
 
         // 5. output o_c = sum_j p_j v_jc, and its bound (BOUNDS.md section 3).
-        std::vector<DoubleDouble> pdd(static_cast<std::size_t>(n));
-        if (fast) {
-            for (Index c = 0; c < n; ++c) {
-                pdd[c].hi = pw[c];
-                pdd[c].lo = static_cast<double>(Real(pr[c] - Real(pw[c])));
-            }
-        }
         for (Index col = 0; col < Dv; ++col) {
-            Real o(0);
+            double od = 0, o_lo = 0;  // o = od + o_lo
             if (fast) {
                 double sh = 0, sl = 0;
                 for (Index c = 0; c < n; ++c) {
                     const double vj = vd_[keys[c] * Dv + col];
                     double ph, pe, t, q2;
-                    two_prod(pdd[c].hi, vj, ph, pe);
+                    two_prod(pw[c], vj, ph, pe);
                     two_sum(sh, ph, t, q2);
                     sh = t;
-                    sl += q2 + (pe + pdd[c].lo * vj);
+                    sl += q2 + (pe + p_lo[c] * vj);
                 }
-                o = Real(sh) + Real(sl);
+                two_sum(sh, sl, od, o_lo);  // exact: od = RN(sh + sl), o_lo the rest
             } else {
+                Real o(0);
                 for (Index c = 0; c < n; ++c) o += pr[c] * Real(vd_[keys[c] * Dv + col]);
+                split(o, od, o_lo);
             }
-            const double od = static_cast<double>(o);
             double scale_c = 0, abs_v = 0;
             double dev[4] = {0, 0, 0, 0}, absterm[4] = {0, 0, 0, 0};  // sum pB_j |v_j - o|, sum (p_j + pB_j) |v_j|
             for (Index c = 0; c < n; ++c) {
@@ -342,8 +349,10 @@ private:
             const double direct_abs = (eta_ * abs_v + 2 * nd * eta_) * (1 + impl.gamma_O);  // normalise-first underflow
             const double bound =
                 abs_ok ? (rel_impl + (Xi + (std::fabs(od) + rel_impl) * Z) / S_min + direct_abs) * kBoundInflation : inf;
-            const double self_error = std::min(rel[2], rel[3]) + 4 * nd * 0x1p-1074;  // + dd underflow
-            put_output((b * p_.Tq + i) * Dv + col, o, bound, scale_c, self_error);
+            // + underflow in double: p_j below the normal range (2^-1074 |v_j| each) and the double-double sums.
+            // + storing o as od + o_lo (exact on the fast path, 2^-106 relative otherwise).
+            const double self_error = std::min(rel[2], rel[3]) + 0x1p-1074 * (abs_v + 4 * nd) + 0x1p-105 * std::fabs(od);
+            put_output((b * p_.Tq + i) * Dv + col, od, o_lo, bound, scale_c, self_error);
         }
     }
 

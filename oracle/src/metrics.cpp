@@ -58,7 +58,7 @@ Comparison compare(TensorView<const T> candidate, const Shape& shape, const long
     c.elements = numel(shape);
     long double diff2 = 0, norm2 = 0;
     Index flat = 0;
-    double worst_key = -1;
+    double worst_key = -std::numeric_limits<double>::infinity();
     for_each_index(shape, [&](std::span<const Index> idx) {
         const Index f = flat++;
         const T x = candidate.at(idx);

@@ -12,11 +12,13 @@ std::string SweepStats::summary() const {
     char buf[768];
     std::snprintf(buf, sizeof buf,
                   "%s: %lld cases (%lld skipped), %lld over the bound, output tightness worst %.3g median %.3g, "
-                  "weights tightness worst %.3g median %.3g, unbounded elements %lld, oracle self-error <= %.2g of "
+                  "weights tightness worst %.3g median %.3g, unbounded elements %lld (%lld cases outside all-wide), "
+                  "oracle self-error <= %.2g of "
                   "the bound; worst case %s",
                   dtype.c_str(), static_cast<long long>(cases), static_cast<long long>(skipped),
                   static_cast<long long>(violations), worst_tightness, median_tightness, worst_weights_tightness,
-                  median_weights_tightness, static_cast<long long>(unbounded_elements), max_oracle_error_ratio,
+                  median_weights_tightness, static_cast<long long>(unbounded_elements),
+                  static_cast<long long>(unbounded_outside_wide), max_oracle_error_ratio,
                   worst_case.c_str());
     return buf;
 }
@@ -183,6 +185,9 @@ SweepStats sweep(const SweepOptions& so) {
         tight_out.push_back(out.max_tightness);
         tight_w.push_back(w.max_tightness);
         st.unbounded_elements += out.unbounded + w.unbounded;
+        if (out.unbounded + w.unbounded > 0 && c.values != "all-wide") ++st.unbounded_outside_wide;
+        if (out.unbounded + w.unbounded > 0 && st.first_unbounded.empty())
+            st.first_unbounded = std::string(cfg) + ": output " + out.summary() + "; weights " + w.summary();
         st.max_oracle_error_ratio = std::max(st.max_oracle_error_ratio, exact.oracle_error_ratio);
         if (!out.pass() || !w.pass()) {
             if (st.violations == 0)

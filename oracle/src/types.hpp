@@ -19,6 +19,8 @@ using Mpfr516 = mp::number<mp::mpfr_float_backend<155, mp::allocate_stack>, mp::
 using BinFloat113 = mp::number<mp::cpp_bin_float<113, mp::digit_base_2>, mp::et_off>;
 using BinFloat256 = mp::number<mp::cpp_bin_float<256, mp::digit_base_2>, mp::et_off>;
 
+// CppBinFloat is for the backend benchmark only: its exp is not correctly rounded, which the oracle's self-error
+// bound (BOUNDS.md section 5) assumes.
 enum class Backend { Mpfr, CppBinFloat };
 
 }  // namespace attn::oracle::detail

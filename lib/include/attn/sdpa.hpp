@@ -17,7 +17,7 @@ enum class EmptyRowPolicy {
 };
 
 enum class Backend {
-    Auto,       // the library picks: tiled when Tq * Tk >= 128 * 256 and no weights are asked for, else reference
+    Auto,       // the library picks: tiled when Tq * Tk >= 128 * 128 and no weights are asked for, else reference
     Reference,  // materialises scores per (batch, head) with BLIS gemm; clear before fast
     Tiled,      // online softmax over key blocks, never a Tq x Tk matrix (return_weights: reference runs instead)
 };

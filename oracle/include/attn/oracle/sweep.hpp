@@ -24,6 +24,9 @@ struct SweepStats {
     Index skipped = 0;   // the backend refused the case with a documented attn::Error (e.g. logit overflow)
     Index violations = 0;           // cases with any element over its bound (output or weights)
     Index unbounded_elements = 0;   // elements whose bound is infinite
+    // Cases with an infinite bound outside the all-wide class (q, k up to 1e15, logits up to 1e30, where two
+    // logits closer than their own error bound make any weight between the one-hot answers legitimate).
+    Index unbounded_outside_wide = 0;
     double worst_tightness = 0;     // max over cases of the case's max error/bound (output)
     double median_tightness = 0;    // median over cases of the case's max error/bound (output)
     double worst_weights_tightness = 0, median_weights_tightness = 0;
@@ -31,6 +34,7 @@ struct SweepStats {
     std::string worst_case;         // config string of the case with the worst output tightness
     std::string worst_summary;      // its Comparison::summary()
     std::string first_violation;    // config + summary of the first violating case, if any
+    std::string first_unbounded;    // config + summary of the first case with an infinite bound, if any
     std::string summary() const;
 };
 

@@ -17,9 +17,10 @@ struct SearchResult {
     double seconds = 0;
 };
 
-// From `restarts` random starting cases (the suite's generator), repeatedly mutate the inputs (scale a q row or a
-// k row, copy a key onto another to make ties, push one logit up, scale v, flip a mask bit that keeps the row
-// non-empty) and keep a change when it raises max error / bound against the oracle. `steps` mutations per start.
+// From `restarts` starting cases (each the worst of 50 random cases of the suite's generator), repeatedly mutate
+// the inputs (scale a q row or a k row, copy a key onto another to make ties, change one q or k element, scale a
+// value with a sign flip, flip a mask bit) and keep a change when it raises max error / bound against the oracle.
+// `steps` mutations per start.
 SearchResult targeted_search(const Implementation& impl, Dtype dtype, int restarts, int steps, std::uint64_t seed);
 
 }  // namespace attn::suite

@@ -1,0 +1,95 @@
+// Backend `tiled` against the oracle: every output element within the bound of the tiled error model (built from
+// attn/tiled.hpp), with the tightness printed next to `reference`'s under its own model.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/oracle/metrics.hpp"
+#include "attn/oracle/oracle.hpp"
+#include "attn/tiled.hpp"
+
+using namespace attn;
+
+namespace {
+
+// The oracle's model of the tiled kernel, from the kernel's own description of its structure.
+oracle::ErrorModel tiled_error_model() {
+    oracle::ErrorModel m = oracle::tiled_model(tiled_kernel_info.key_block);
+    m.exp_ulps = tiled_kernel_info.exp_max_ulps;
+    m.scale_folded_into_q = tiled_kernel_info.scale_folded_into_q;
+    m.scale_roundings = 1;  // static_cast<T>(scale), applied as the micro-kernel's alpha
+    return m;
+}
+
+// One documented place for the number of cases (the oracle dominates the run time).
+constexpr int oracle_cases = 24;
+
+template <class T>
+void run_cases(std::uint64_t seed) {
+    std::mt19937_64 gen(seed);
+    const auto uniform = [&](Index lo, Index hi) { return std::uniform_int_distribution<Index>(lo, hi)(gen); };
+    std::normal_distribution<double> normal(0.0, 1.0);
+    const std::vector<Index> T_edges{1, 2, 127, 129, 255, 257, 300};
+    double worst_tiled = 0, worst_reference = 0;
+    for (int n = 0; n < oracle_cases; ++n) {
+        const Index B = uniform(1, 2), Tq = T_edges[uniform(0, 6)], Tk = T_edges[uniform(0, 6)];
+        const Index Dk = std::vector<Index>{1, 7, 16, 64}[uniform(0, 3)], Dv = std::vector<Index>{1, 5, 16}[uniform(0, 2)];
+        // Logit scale: ordinary (1), large (near-one-hot rows, big max subtraction) or tiny (near-ties).
+        const double value_scale = std::vector<double>{1.0, 6.0, 1e-3}[uniform(0, 2)];
+        Tensor<T> q({B, Tq, Dk}), k({B, Tk, Dk}), v({B, Tk, Dv});
+        for (Index i = 0; i < q.numel(); ++i) q[i] = static_cast<T>(value_scale * normal(gen));
+        for (Index i = 0; i < k.numel(); ++i) k[i] = static_cast<T>(value_scale * normal(gen));
+        for (Index i = 0; i < v.numel(); ++i) v[i] = static_cast<T>(normal(gen));
+        SdpaOptions options;
+        options.empty_rows = EmptyRowPolicy::Zero;
+        const int masking = static_cast<int>(uniform(0, 3));
+        options.is_causal = masking == 1 || masking == 2;
+        options.alignment = masking == 1 ? CausalAlignment::TopLeft : CausalAlignment::BottomRight;
+        std::optional<Tensor<bool>> allowed;
+        if (masking == 3) {
+            allowed = Tensor<bool>({B, Tq, Tk});
+            for (Index i = 0; i < allowed->numel(); ++i) (*allowed)[i] = uniform(0, 9) < 7;
+        }
+        std::optional<TensorView<const bool>> am;
+        if (allowed) am = allowed->view();
+        std::ostringstream cfg;
+        cfg << "sdpa(B=" << B << ",Tq=" << Tq << ",Tk=" << Tk << ",Dk=" << Dk << ",Dv=" << Dv
+            << ",values=x" << value_scale << ",mask="
+            << (masking == 0 ? "none" : masking == 1 ? "causal-tl" : masking == 2 ? "causal-br" : "random")
+            << ",dtype=" << (sizeof(T) == 4 ? "float" : "double") << ")";
+        INFO(cfg.str());
+
+        oracle::OracleOptions oo;
+        oo.model = tiled_error_model();
+        const oracle::Result<T> exact_tiled = oracle::scaled_dot_product_attention<T>(q, k, v, am, options, oo);
+        oo.model = oracle::reference_model();
+        const oracle::Result<T> exact_reference = oracle::scaled_dot_product_attention<T>(q, k, v, am, options, oo);
+
+        options.backend = Backend::Tiled;
+        const auto tiled = scaled_dot_product_attention(q.view(), k.view(), v.view(), am, options);
+        options.backend = Backend::Reference;
+        const auto reference = scaled_dot_product_attention(q.view(), k.view(), v.view(), am, options);
+
+        const oracle::Comparison ct = oracle::compare_output<T>(tiled.output.view(), exact_tiled);
+        const oracle::Comparison cr = oracle::compare_output<T>(reference.output.view(), exact_reference);
+        INFO("tiled: " << ct.summary());
+        CHECK(ct.pass());
+        CHECK(ct.unbounded == 0);
+        worst_tiled = std::max(worst_tiled, ct.max_tightness);
+        worst_reference = std::max(worst_reference, cr.max_tightness);
+    }
+    std::cout << (sizeof(T) == 4 ? "float" : "double") << ": worst error/bound tiled " << worst_tiled
+              << " (tiled model), reference " << worst_reference << " (reference model)\n";
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("tiled is within the oracle's bound under the tiled error model", "[tiled][oracle]", float,
+                   double) {
+    run_cases<TestType>(sizeof(TestType) == 4 ? 8101 : 8102);
+}

@@ -1,0 +1,298 @@
+// `attn oracle`, `attn check` and `attn oracle-sweep`: the high-precision oracle and its bound on .npy files,
+// a pass/fail check of anyone's output against that bound, and the oracle's self-check sweep.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "attn/attn.hpp"
+#include "attn/oracle/metrics.hpp"
+#include "attn/oracle/oracle.hpp"
+#include "attn/oracle/sweep.hpp"
+#include "commands.hpp"
+#include "npy.hpp"
+
+namespace attn::cli {
+
+namespace {
+
+// The problem flags `attn oracle` and `attn check` share with `attn sdpa`.
+struct ProblemArgs {
+    std::string q_path, k_path, v_path, allowed_mask_path;
+    std::string causal;  // "", "top-left" or "bottom-right"
+    std::optional<double> scale;
+    std::string empty_rows = "throw";
+    bool no_check_finite = false;
+    int bits = 0;
+    std::string model = "generic";
+    Index key_block = 64;
+};
+
+struct OracleArgs : ProblemArgs {
+    std::string out_path, bound_path, weights_path, weights_bound_path;
+};
+
+struct CheckArgs : ProblemArgs {
+    std::string candidate_path, candidate_weights_path, json_path;
+};
+
+void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
+    cmd->add_option("--q", args.q_path, "Queries (..., Tq, Dk), float32 or float64")->required();
+    cmd->add_option("--k", args.k_path, "Keys (..., Tk, Dk), same dtype as q")->required();
+    cmd->add_option("--v", args.v_path, "Values (..., Tk, Dv), same dtype as q")->required();
+    cmd->add_option("--allowed-mask", args.allowed_mask_path,
+                    "Bool mask broadcastable to (..., Tq, Tk); true = the query may read the key");
+    cmd->add_option("--causal", args.causal, "Causal rule: top-left (j <= i) or bottom-right (j <= i + Tk - Tq)")
+        ->check(CLI::IsMember({"top-left", "bottom-right"}));
+    cmd->add_option("--scale", args.scale, "Logit scale (default 1/sqrt(Dk))");
+    cmd->add_option("--empty-rows", args.empty_rows, "Rows with no allowed key: throw (error), zero or nan")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"throw", "zero", "nan"}));
+    cmd->add_flag("--no-check-finite", args.no_check_finite,
+                  "Do not reject NaN/Inf at readable positions (rows reading them are then expected NaN)");
+    cmd->add_option("--bits", args.bits,
+                    "Oracle working precision: 0 = default (114-bit MPFR with exact double-double kernels); "
+                    "otherwise all-MPFR at 114, 261 or 516 bits")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 516));
+    cmd->add_option("--model", args.model,
+                    "Error model of the implementation the bound is for: generic (unknown kernel), reference "
+                    "(the library's reference backend) or tiled (online softmax, see --key-block)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"generic", "reference", "tiled"}));
+    cmd->add_option("--key-block", args.key_block, "Key block of the tiled model (one rescaling per block)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+}
+
+SdpaOptions sdpa_options(const ProblemArgs& args) {
+    SdpaOptions options;
+    options.scale = args.scale;
+    options.is_causal = !args.causal.empty();
+    options.alignment = args.causal == "bottom-right" ? CausalAlignment::BottomRight : CausalAlignment::TopLeft;
+    options.empty_rows = args.empty_rows == "zero" ? EmptyRowPolicy::Zero
+                         : args.empty_rows == "nan" ? EmptyRowPolicy::Nan
+                                                    : EmptyRowPolicy::Throw;
+    options.check_finite = !args.no_check_finite;
+    return options;
+}
+
+std::string describe(const char* tensor, const std::string& path, const npy::Array& a) {
+    return std::string(tensor) + " (" + path + ") is " + npy::to_string(a.dtype) + " " + attn::to_string(a.shape);
+}
+
+// The inputs of one problem, read and checked: q, k, v of one float dtype, optional bool mask.
+struct Inputs {
+    npy::Array q, k, v;
+    std::optional<Tensor<bool>> allowed_mask;
+};
+
+Inputs read_inputs(const char* command, const ProblemArgs& args) {
+    Inputs in{npy::read_file(args.q_path), npy::read_file(args.k_path), npy::read_file(args.v_path), std::nullopt};
+    if (in.q.dtype != in.k.dtype || in.q.dtype != in.v.dtype)
+        throw ConfigError(std::string(command) + ": q, k and v must share a dtype: " + describe("q", args.q_path, in.q) +
+                          ", " + describe("k", args.k_path, in.k) + ", " + describe("v", args.v_path, in.v));
+    if (in.q.dtype != npy::DType::Float32 && in.q.dtype != npy::DType::Float64)
+        throw ConfigError(std::string(command) + ": q, k and v must be float32 or float64: " +
+                          describe("q", args.q_path, in.q));
+    if (!args.allowed_mask_path.empty()) {
+        const npy::Array m = npy::read_file(args.allowed_mask_path);
+        if (m.dtype != npy::DType::Bool)
+            throw ConfigError(std::string(command) + ": the allowed mask must be bool (true = may attend): " +
+                              describe("allowed_mask", args.allowed_mask_path, m));
+        in.allowed_mask = npy::to_tensor<bool>(m, args.allowed_mask_path);
+    }
+    return in;
+}
+
+template <class T>
+oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in) {
+    const Tensor<T> q = npy::to_tensor<T>(in.q, args.q_path);  // (..., Tq, Dk)
+    const Tensor<T> k = npy::to_tensor<T>(in.k, args.k_path);  // (..., Tk, Dk)
+    const Tensor<T> v = npy::to_tensor<T>(in.v, args.v_path);  // (..., Tk, Dv)
+    std::optional<TensorView<const bool>> allowed_view;
+    if (in.allowed_mask) allowed_view = in.allowed_mask->view();  // broadcastable to (..., Tq, Tk)
+    oracle::OracleOptions oo;
+    oo.bits = args.bits;
+    oo.model = oracle::model_by_name(args.model, args.key_block);
+    return oracle::scaled_dot_product_attention<T>(q.view(), k.view(), v.view(), allowed_view, sdpa_options(args), oo);
+}
+
+// ---- attn oracle ----------------------------------------------------------------------------------------------
+
+template <class T>
+void oracle_files(const OracleArgs& args, const Inputs& in) {
+    const oracle::Result<T> r = run_oracle<T>(args, in);
+    npy::write_file<T>(args.out_path, r.output.view());  // (..., Tq, Dv), correctly rounded
+    if (!args.bound_path.empty()) npy::write_file<double>(args.bound_path, r.output_bound.view());
+    if (!args.weights_path.empty()) npy::write_file<T>(args.weights_path, r.weights.view());  // (..., Tq, Tk)
+    if (!args.weights_bound_path.empty()) npy::write_file<double>(args.weights_bound_path, r.weights_bound.view());
+    std::cout << "attn oracle: " << to_string(r.output.shape()) << " output at " << r.bits << " bits, bound for the "
+              << r.model.name << " model; the oracle's own error is below " << r.oracle_error_ratio
+              << " of every bound\n";
+}
+
+int oracle_command(const OracleArgs& args) {
+    const Inputs in = read_inputs("oracle", args);
+    if (in.q.dtype == npy::DType::Float32)
+        oracle_files<float>(args, in);
+    else
+        oracle_files<double>(args, in);
+    return 0;
+}
+
+// ---- attn check -----------------------------------------------------------------------------------------------
+
+nlohmann::json to_json(const oracle::Comparison& c) {
+    const auto num = [](double x) -> nlohmann::json {
+        if (std::isfinite(x)) return x;
+        return std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf");
+    };
+    return {{"pass", c.pass()},
+            {"elements", c.elements},
+            {"over_bound", c.violations},
+            {"unbounded", c.unbounded},
+            {"nonfinite_mismatches", c.nonfinite_mismatches},
+            {"max_ulp", num(c.max_ulp)},
+            {"max_abs", num(c.max_abs)},
+            {"max_rel", num(c.max_rel)},
+            {"normwise_rel", num(c.normwise_rel)},
+            {"max_error_over_bound", num(c.max_tightness)},
+            {"worst",
+             {{"index", c.worst_index},
+              {"computed", num(c.worst_computed)},
+              {"exact", num(c.worst_exact)},
+              {"bound", num(c.worst_bound)}}}};
+}
+
+void print_comparison(const char* what, const oracle::Comparison& c) {
+    std::printf("%s: %s\n", what, c.pass() ? "pass" : "FAIL");
+    std::printf("  max ULP error        %.4g\n", c.max_ulp);
+    std::printf("  max relative error   %.4g   (relative to sum_k p_k |V_k|%s)\n", c.max_rel,
+                std::string(what) == "weights" ? ", here |p|" : "");
+    std::printf("  normwise rel. error  %.4g\n", c.normwise_rel);
+    std::printf("  max error / bound    %.4g\n", c.max_tightness);
+    std::printf("  over the bound       %lld of %lld elements", static_cast<long long>(c.violations),
+                static_cast<long long>(c.elements));
+    if (c.nonfinite_mismatches) std::printf(" (%lld NaN/Inf mismatches)", static_cast<long long>(c.nonfinite_mismatches));
+    if (c.unbounded) std::printf(" (%lld with an infinite bound)", static_cast<long long>(c.unbounded));
+    std::printf("\n  worst element        %s: candidate %.17g, exact %.17g, bound %.3g\n", to_string(c.worst_index).c_str(),
+                c.worst_computed, c.worst_exact, c.worst_bound);
+}
+
+template <class T>
+int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candidate_file) {
+    const oracle::Result<T> r = run_oracle<T>(args, in);
+    const Tensor<T> candidate = npy::to_tensor<T>(candidate_file, args.candidate_path);
+    if (candidate.shape() != r.output.shape())
+        throw ShapeError("check: the candidate " + describe("output", args.candidate_path, candidate_file) +
+                         " but the output of q, k, v is " + to_string(r.output.shape()));
+    const oracle::Comparison out = oracle::compare_output<T>(candidate.view(), r);
+    std::optional<oracle::Comparison> weights;
+    if (!args.candidate_weights_path.empty()) {
+        const npy::Array wf = npy::read_file(args.candidate_weights_path);
+        const Tensor<T> w = npy::to_tensor<T>(wf, args.candidate_weights_path);
+        if (w.shape() != r.weights.shape())
+            throw ShapeError("check: the candidate " + describe("weights", args.candidate_weights_path, wf) +
+                             " but the weights of q, k, v are " + to_string(r.weights.shape()));
+        weights = oracle::compare_weights<T>(w.view(), r);
+    }
+    std::printf("attn check: %s against the oracle (%d bits), bound for the %s model, dtype %s\n",
+                args.candidate_path.c_str(), r.bits, r.model.name.c_str(), std::is_same_v<T, float> ? "float32" : "float64");
+    print_comparison("output", out);
+    if (weights) print_comparison("weights", *weights);
+    const bool pass = out.pass() && (!weights || weights->pass());
+    if (!args.json_path.empty()) {
+        nlohmann::json report = {{"candidate", args.candidate_path},
+                                 {"dtype", std::is_same_v<T, float> ? "float32" : "float64"},
+                                 {"model", r.model.name},
+                                 {"oracle_bits", r.bits},
+                                 {"oracle_error_ratio", r.oracle_error_ratio},
+                                 {"pass", pass},
+                                 {"output", to_json(out)}};
+        if (weights) report["weights"] = to_json(*weights);
+        std::ofstream file(args.json_path);
+        if (!file) throw IoError("check: cannot write " + args.json_path);
+        file << report.dump(2) << "\n";
+        if (!file) throw IoError("check: cannot write " + args.json_path);
+    }
+    return pass ? 0 : 1;
+}
+
+int check_command(const CheckArgs& args) {
+    const Inputs in = read_inputs("check", args);
+    const npy::Array candidate = npy::read_file(args.candidate_path);
+    if (candidate.dtype != in.q.dtype)
+        throw ConfigError("check: the candidate must have q's dtype (the bound is for that dtype): " +
+                          describe("candidate", args.candidate_path, candidate) + ", " + describe("q", args.q_path, in.q));
+    return in.q.dtype == npy::DType::Float32 ? check_files<float>(args, in, candidate)
+                                             : check_files<double>(args, in, candidate);
+}
+
+// ---- attn oracle-sweep ----------------------------------------------------------------------------------------
+
+struct SweepArgs {
+    Index cases = 500;
+    std::uint64_t seed = 20261130;
+    std::string dtype = "both";
+};
+
+int sweep_command(const SweepArgs& args) {
+    oracle::SweepOptions options;
+    options.cases = args.cases;
+    options.seed = args.seed;
+    bool ok = true;
+    const auto run = [&](auto tag) {
+        using T = decltype(tag);
+        const oracle::SweepStats st = oracle::sweep<T>(options);
+        std::cout << st.summary() << "\n  worst: " << st.worst_summary << "\n";
+        if (!st.first_violation.empty()) std::cout << "  first violation: " << st.first_violation << "\n";
+        ok = ok && st.violations == 0 && st.unbounded_outside_wide == 0;
+    };
+    if (args.dtype != "double") run(float{});
+    if (args.dtype != "float") run(double{});
+    return ok ? 0 : 1;
+}
+
+}  // namespace
+
+Action add_oracle_commands(CLI::App& app) {
+    auto oargs = std::make_shared<OracleArgs>();
+    auto* ocmd = app.add_subcommand("oracle", "High-precision attention on .npy files, correctly rounded, with a "
+                                              "rigorous per-element error bound (oracle/BOUNDS.md)");
+    add_problem_options(ocmd, *oargs);
+    ocmd->add_option("--out", oargs->out_path, "Output (..., Tq, Dv) correctly rounded to q's dtype")->required();
+    ocmd->add_option("--bound", oargs->bound_path, "Per-element bound on |computed - exact| (float64, --model)");
+    ocmd->add_option("--weights", oargs->weights_path, "Also write the weights (..., Tq, Tk)");
+    ocmd->add_option("--weights-bound", oargs->weights_bound_path, "And their per-element bound (float64)");
+
+    auto cargs = std::make_shared<CheckArgs>();
+    auto* ccmd = app.add_subcommand("check", "Check anyone's attention output against the oracle's bound; exit 0 when "
+                                             "no element is over its bound, 1 when any is, 2 on bad input");
+    add_problem_options(ccmd, *cargs);
+    ccmd->add_option("--candidate", cargs->candidate_path, "The output to check (..., Tq, Dv), q's dtype")->required();
+    ccmd->add_option("--candidate-weights", cargs->candidate_weights_path, "Also check weights (..., Tq, Tk)");
+    ccmd->add_option("--json", cargs->json_path, "Write the comparison as JSON");
+
+    auto sargs = std::make_shared<SweepArgs>();
+    auto* scmd = app.add_subcommand("oracle-sweep", "The oracle's self-check: the reference backend against the bound "
+                                                    "over random and adversarial cases; worst and median tightness");
+    scmd->add_option("--cases", sargs->cases, "Cases per dtype")->capture_default_str()->check(CLI::PositiveNumber);
+    scmd->add_option("--seed", sargs->seed, "RNG seed")->capture_default_str();
+    scmd->add_option("--dtype", sargs->dtype, "float, double or both")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"float", "double", "both"}));
+
+    return [ocmd, oargs, ccmd, cargs, scmd, sargs]() -> int {
+        if (ocmd->parsed()) return oracle_command(*oargs);
+        if (ccmd->parsed()) return check_command(*cargs);
+        if (scmd->parsed()) return sweep_command(*sargs);
+        return not_mine;
+    };
+}
+
+}  // namespace attn::cli

@@ -1,0 +1,153 @@
+// `attn oracle` and `attn check` end to end: the library's own output passes, an output with one element moved just
+// past its bound fails and that element is named; bad input exits with 2.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "attn/attn.hpp"
+#include "attn/oracle/oracle.hpp"
+#include "npy.hpp"
+
+using namespace attn;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Scratch {
+    fs::path dir = fs::temp_directory_path() / ("attn_oracle_command_test_" + std::to_string(::getpid()));
+    Scratch() { fs::create_directories(dir); }
+    ~Scratch() { fs::remove_all(dir); }
+    std::string operator/(const std::string& name) const { return (dir / name).string(); }
+};
+
+struct Run {
+    int exit_code;
+    std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+Run run_attn(const Scratch& scratch, const std::string& args) {
+    const std::string command = std::string("'") + ATTN_CLI_PATH + "' " + args + " >'" + (scratch / "stdout.txt") +
+                                "' 2>'" + (scratch / "stderr.txt") + "'";
+    const int status = std::system(command.c_str());
+    REQUIRE(status != -1);
+    REQUIRE(WIFEXITED(status));
+    return {WEXITSTATUS(status), slurp(scratch / "stdout.txt"), slurp(scratch / "stderr.txt")};
+}
+
+// q (2, 4, 8), k (2, 6, 8), v (2, 6, 3), random normal.
+template <class T>
+void write_inputs(const Scratch& scratch) {
+    std::mt19937_64 rng(11);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    const auto random = [&](Shape shape) {
+        Tensor<T> t(std::move(shape));
+        for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(normal(rng));
+        return t;
+    };
+    npy::write_file<T>(scratch / "q.npy", random({2, 4, 8}).view());
+    npy::write_file<T>(scratch / "k.npy", random({2, 6, 8}).view());
+    npy::write_file<T>(scratch / "v.npy", random({2, 6, 3}).view());
+}
+
+std::string inputs(const Scratch& scratch) {
+    return " --q '" + (scratch / "q.npy") + "' --k '" + (scratch / "k.npy") + "' --v '" + (scratch / "v.npy") + "'";
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("attn check passes the library's output and names an element moved just past its bound",
+                   "[cli][oracle]", float, double) {
+    using T = TestType;
+    const Scratch scratch;
+    write_inputs<T>(scratch);
+    const Run lib = run_attn(scratch, "sdpa" + inputs(scratch) + " --backend reference --out '" + (scratch / "lib.npy") + "'");
+    INFO(lib.err);
+    REQUIRE(lib.exit_code == 0);
+
+    const Run good = run_attn(scratch, "check" + inputs(scratch) + " --model reference --candidate '" +
+                                           (scratch / "lib.npy") + "' --json '" + (scratch / "good.json") + "'");
+    INFO(good.out << good.err);
+    CHECK(good.exit_code == 0);
+    CHECK(good.out.find("over the bound       0 of 24 elements") != std::string::npos);
+    CHECK(good.out.find("max ULP error") != std::string::npos);
+    CHECK(nlohmann::json::parse(slurp(scratch / "good.json"))["pass"] == true);
+
+    // `attn oracle` writes the correctly rounded output and the bound of the chosen model.
+    const Run orc = run_attn(scratch, "oracle" + inputs(scratch) + " --model reference --out '" + (scratch / "o.npy") +
+                                          "' --bound '" + (scratch / "b.npy") + "'");
+    INFO(orc.err);
+    REQUIRE(orc.exit_code == 0);
+    const Tensor<T> q = npy::to_tensor<T>(npy::read_file(scratch / "q.npy"), "q");
+    const Tensor<T> k = npy::to_tensor<T>(npy::read_file(scratch / "k.npy"), "k");
+    const Tensor<T> v = npy::to_tensor<T>(npy::read_file(scratch / "v.npy"), "v");
+    oracle::OracleOptions oo;
+    oo.model = oracle::reference_model();
+    const oracle::Result<T> r = oracle::scaled_dot_product_attention<T>(q.view(), k.view(), v.view(), std::nullopt, {}, oo);
+    const Tensor<T> o = npy::to_tensor<T>(npy::read_file(scratch / "o.npy"), "o");
+    const Tensor<double> b = npy::to_tensor<double>(npy::read_file(scratch / "b.npy"), "b");
+    for (Index e = 0; e < o.numel(); ++e) {
+        CHECK(o[e] == r.output[e]);
+        CHECK(b[e] == r.output_bound[e]);
+    }
+
+    // Element (1, 2, 1) moved to the first T beyond exact + bound.
+    Tensor<T> moved = npy::to_tensor<T>(npy::read_file(scratch / "lib.npy"), "lib");
+    const Index flat = (1 * 4 + 2) * 3 + 1;
+    const long double limit = r.output_exact[flat] + r.output_exact_lo[flat] + r.output_bound[flat];
+    T x = static_cast<T>(limit);
+    while (static_cast<long double>(x) <= limit) x = std::nextafter(x, std::numeric_limits<T>::infinity());
+    moved[flat] = x;
+    npy::write_file<T>(scratch / "moved.npy", moved.view());
+    const Run bad = run_attn(scratch, "check" + inputs(scratch) + " --model reference --candidate '" +
+                                          (scratch / "moved.npy") + "' --json '" + (scratch / "bad.json") + "'");
+    INFO(bad.out << bad.err);
+    CHECK(bad.exit_code == 1);
+    CHECK(bad.out.find("over the bound       1 of 24 elements") != std::string::npos);
+    CHECK(bad.out.find("worst element        [1,2,1]") != std::string::npos);
+    const auto report = nlohmann::json::parse(slurp(scratch / "bad.json"));
+    CHECK(report["pass"] == false);
+    CHECK(report["output"]["worst"]["index"] == nlohmann::json::array({1, 2, 1}));
+    CHECK(report["output"]["over_bound"] == 1);
+}
+
+TEST_CASE("attn check reports bad input with exit code 2", "[cli][oracle][errors]") {
+    const Scratch scratch;
+    write_inputs<float>(scratch);
+    SECTION("a candidate of the wrong shape") {
+        const Run run = run_attn(scratch, "check" + inputs(scratch) + " --candidate '" + (scratch / "v.npy") + "'");
+        CHECK(run.exit_code == 2);
+        CHECK(run.err.find("[2,6,3]") != std::string::npos);
+        CHECK(run.err.find("[2,4,3]") != std::string::npos);
+    }
+    SECTION("a candidate of another dtype than q") {
+        npy::write_file<double>(scratch / "c.npy", Tensor<double>({2, 4, 3}).view());
+        const Run run = run_attn(scratch, "check" + inputs(scratch) + " --candidate '" + (scratch / "c.npy") + "'");
+        CHECK(run.exit_code == 2);
+        CHECK(run.err.find("must have q's dtype") != std::string::npos);
+    }
+    SECTION("an unknown model") {
+        const Run run = run_attn(scratch, "check" + inputs(scratch) + " --candidate '" + (scratch / "q.npy") +
+                                              "' --model fastest");
+        CHECK(run.exit_code == 2);
+        CHECK(run.err.find("--model") != std::string::npos);
+    }
+}
