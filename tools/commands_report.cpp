@@ -65,6 +65,7 @@ Action add_report_command(CLI::App& app) {
         options.jobs = s.jobs;
         options.artifact_dirs = {s.out_dir, std::string(ATTN_SOURCE_DIR) + "/reports/latest", ATTN_BINARY_DIR,
                                  std::string(ATTN_BINARY_DIR) + "/bench", std::string(ATTN_BINARY_DIR) + "/fuzz"};
+        options.project_root = ATTN_SOURCE_DIR;
         options.command = "attn report";
         if (options.grid == report::GridKind::Quick) options.command += " --quick";
         if (options.grid == report::GridKind::Smoke) options.command += " --grid smoke";

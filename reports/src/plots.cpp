@@ -36,16 +36,21 @@ struct LogAxis {
 
 LogAxis log_axis(const std::vector<double>& values, double top) {
     double lo = top, hi = top;
-    for (double v : values)
+    bool zero = false;
+    for (double v : values) {
         if (v > 0 && std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+        zero |= v == 0;
+    }
     LogAxis axis;
     const int first = static_cast<int>(std::floor(std::log10(lo))) - 1;
     const int last = static_cast<int>(std::ceil(std::log10(hi)));
-    axis.zero_at = std::pow(10.0, first);
+    axis.zero_at = std::pow(10.0, zero ? first : first + 1);  // without zeros the axis starts at the first decade
     const int step = std::max(1, (last - first) / 8);
     std::ostringstream t;
-    t << "('0' " << fmt_g(axis.zero_at);
-    for (int e = first + step; e <= last; e += step) t << ", '" << fmt_g(std::pow(10.0, e)) << "' 1e" << e;
+    t << "(";
+    if (zero) t << "'0' " << fmt_g(axis.zero_at) << ", ";  // the "0" tick only when some value sits there
+    for (int e = first + step; e <= last; e += step)
+        t << (e == first + step ? "" : ", ") << "'" << fmt_g(std::pow(10.0, e)) << "' 1e" << e;
     t << ")";
     axis.tics = t.str();
     return axis;

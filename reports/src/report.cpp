@@ -211,9 +211,11 @@ Section plots_section(const Plots& plots, bool wanted) {
         s.paragraph("Plots were not requested (`--no-plots`).");
         return s;
     }
-    s.paragraph("Left panels: error in ulps of the dtype, the maximum (solid) and the 99th percentile (dashed) "
-                "over the output elements of a row. Right panels: the maximum of error / bound; the dotted line at "
-                "1 is the bound itself. Rows with no error at all are drawn at the tick labelled 0.");
+    s.paragraph("Left: error in ulps of the dtype, the maximum (solid) and the 99th percentile (dashed) over the "
+                "output elements of a row. Middle: the maximum relative error (against sum_k p_k |V_k|) in units of "
+                "the dtype's unit roundoff u, so float and double share an axis. Right: the maximum of error / bound; "
+                "the dotted line at 1 is the bound itself. Rows with no error at all are drawn at the tick labelled "
+                "0. Float in blue, double in red.");
     for (const Plot& p : plots.plots) s.plot(p.path, p.alt);
     for (const std::string& problem : plots.problems) s.paragraph("Plot not drawn: " + problem);
     return s;
@@ -332,6 +334,16 @@ void write_text(const fs::path& path, const std::string& text) {
     if (!out) throw IoError("report: cannot write " + path.string());
 }
 
+// A path as the report shows it: relative to the project root when it lies inside it, so the committed report
+// does not name the directory it happened to be made in.
+std::string shown_path(const std::string& path, const std::string& root) {
+    if (root.empty()) return path;
+    std::error_code ec;
+    const fs::path rel = fs::weakly_canonical(path, ec).lexically_relative(fs::weakly_canonical(root, ec));
+    if (ec || rel.empty() || *rel.begin() == "..") return path;
+    return rel.string();
+}
+
 bool same_file(const fs::path& a, const fs::path& b) {
     std::error_code ec;
     return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
@@ -381,7 +393,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
 
     // 1. The baseline, read before anything is written.
     std::vector<Row> baseline;
-    run.drift.baseline_path = options.baseline_path;
+    run.drift.baseline_path = shown_path(options.baseline_path, options.project_root);
     std::error_code ec;
     const bool have_baseline = !options.baseline_path.empty() && fs::exists(options.baseline_path, ec);
     if (have_baseline) baseline = read_accuracy_json(options.baseline_path, &run.drift.baseline_grid);

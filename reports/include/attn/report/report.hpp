@@ -24,6 +24,7 @@ struct ReportOptions {
     int jobs = 1;               // worker threads over the grid (rows are independent; results keep grid order)
     std::vector<std::string> artifact_dirs;  // where fuzz.json and bench.json are looked for
     std::string command = "attn report";     // as typed, for the report header
+    std::string project_root;                // paths inside it are shown relative to it in the report
 };
 
 struct ReportRun {
