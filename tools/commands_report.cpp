@@ -64,7 +64,8 @@ Action add_report_command(CLI::App& app) {
         options.mutant_table = !s.no_mutants;
         options.jobs = s.jobs;
         options.artifact_dirs = {s.out_dir, std::string(ATTN_SOURCE_DIR) + "/reports/latest", ATTN_BINARY_DIR,
-                                 std::string(ATTN_BINARY_DIR) + "/bench", std::string(ATTN_BINARY_DIR) + "/fuzz"};
+                                 std::string(ATTN_BINARY_DIR) + "/bench", std::string(ATTN_BINARY_DIR) + "/fuzz",
+                                 std::string(ATTN_SOURCE_DIR) + "/build/fuzz"};
         options.project_root = ATTN_SOURCE_DIR;
         options.command = "attn report";
         if (options.grid == report::GridKind::Quick) options.command += " --quick";

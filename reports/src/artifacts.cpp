@@ -122,4 +122,52 @@ void append_artifact(Section& section, const std::string& path) {
     section.code(doc.dump(2));
 }
 
+namespace {
+
+std::vector<std::string> split_pipe_row(const std::string& line) {
+    std::vector<std::string> cells;
+    std::string cell;
+    for (std::size_t i = 1; i < line.size(); ++i) {  // line[0] is the leading '|'
+        if (line[i] == '|' && line[i - 1] != '\\') {
+            const auto b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+            cells.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+            cell.clear();
+        } else if (!(line[i] == '\\' && i + 1 < line.size() && line[i + 1] == '|')) {  // "\|" is a literal '|'
+            cell += line[i];
+        }
+    }
+    return cells;
+}
+
+bool is_separator(const std::vector<std::string>& cells) {
+    return !cells.empty() && std::all_of(cells.begin(), cells.end(), [](const std::string& c) {
+        return !c.empty() && c.find_first_not_of("-: ") == std::string::npos;
+    });
+}
+
+}  // namespace
+
+void append_markdown_artifact(Section& section, const std::string& path) {
+    std::ifstream in(path);
+    section.paragraph("From `" + fs::path(path).filename().string() + "`.");
+    Table table;
+    const auto flush = [&] {
+        if (!table.header.empty()) section.table(std::move(table));
+        table = Table{};
+    };
+    for (std::string line; std::getline(in, line);) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (!line.empty() && line[0] == '|') {
+            auto cells = split_pipe_row(line);
+            if (table.header.empty()) table.header = std::move(cells);
+            else if (!is_separator(cells)) table.rows.push_back(std::move(cells));
+            continue;
+        }
+        flush();
+        const auto start = line.find_first_not_of("# ");
+        if (start != std::string::npos) section.paragraph(line.substr(start));
+    }
+    flush();
+}
+
 }  // namespace attn::report

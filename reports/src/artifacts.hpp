@@ -18,4 +18,8 @@ std::optional<std::string> find_artifact(const std::vector<std::string>& dirs, c
 // with one column per key; anything else as pretty-printed JSON. A file that does not parse is said so.
 void append_artifact(Section& section, const std::string& path);
 
+// Appends a Markdown file another command wrote (e.g. the fuzzers' mutant_kills.md): its pipe tables as tables,
+// its other lines as paragraphs (headings lose their #).
+void append_markdown_artifact(Section& section, const std::string& path);
+
 }  // namespace attn::report

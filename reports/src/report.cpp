@@ -317,6 +317,26 @@ Section artifact_section(const std::string& title, const std::string& file, cons
     return s;
 }
 
+// Fuzzing figures: a fuzz.json when some run left one (execs/s, coverage, findings), and the fuzzers' mutant table
+// (`attn fuzz --mutants` writes mutant_kills.md into the fuzz build directory).
+Section fuzzing_section(const std::vector<std::string>& dirs) {
+    Section s{"Fuzzing", {}};
+    const auto figures = find_artifact(dirs, "fuzz.json");
+    const auto kills = find_artifact(dirs, "mutant_kills.md");
+    if (figures) {
+        s.paragraph("Figures of the last `attn fuzz` run: executions per second, coverage, findings.");
+        append_artifact(s, *figures);
+    }
+    if (kills) {
+        s.paragraph("The mutants under the fuzzers (`attn fuzz --mutants`):");
+        append_markdown_artifact(s, *kills);
+    }
+    if (!figures && !kills)
+        s.paragraph("Not run: neither `fuzz.json` nor the fuzzers' `mutant_kills.md` was found (`attn fuzz` prints "
+                    "its figures; `attn fuzz --mutants` writes the table into the fuzz build directory).");
+    return s;
+}
+
 Section reading_section() {
     Section s{"How to read this report", {}};
     s.paragraph("A ULP is the spacing of the dtype's numbers at the exact value; the bound is the oracle's rigorous "
@@ -440,13 +460,11 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     doc.sections.push_back(failures_section(run.rows));
     doc.sections.push_back(plots_section(plots, options.plots));
     doc.sections.push_back(mutants_section(table, mutant_rows, mutants, options.mutant_sweep));
-    doc.sections.push_back(artifact_section(
-        "Fuzzing", "fuzz.json", "Figures of the last `attn fuzz` run: executions per second, coverage, findings.",
-        "`attn fuzz` leaves it", options.artifact_dirs));
+    doc.sections.push_back(fuzzing_section(options.artifact_dirs));
     doc.sections.push_back(artifact_section(
         "Benchmarks", "bench.json",
-        "Figures of the last `attn bench` run (Google Benchmark): time, GFLOP/s and % of gemm peak, as ratios "
-        "within that one run.",
+        "Figures of the last `attn bench --json` run (Google Benchmark underneath): time, GFLOP/s and % of gemm "
+        "peak, as ratios within that one run.",
         "`attn bench --json` leaves it", options.artifact_dirs));
     doc.sections.push_back(rows_section(run.rows, run.summaries));
     doc.sections.push_back(reading_section());
