@@ -1,0 +1,63 @@
+// attn/report/accuracy.hpp: one report row (an implementation on one case in one dtype, measured against the
+// oracle), the per implementation x dtype summaries, and their JSON form (schema in reports/README.md).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "attn/report/grid.hpp"
+#include "attn/suite/registry.hpp"
+
+namespace attn::report {
+
+// What the report says about one row. Errors are measured on the output (B, H, Tq, Dv) only.
+struct Row {
+    std::string config;  // config_string(case, impl, dtype): the row's identity across runs
+    std::string impl;
+    DType dtype = DType::Float;
+    Case grid_case;
+
+    std::string error;  // non-empty when the implementation or the oracle threw: the row failed
+    Index elements = 0;
+    double max_ulp = 0;
+    double p99_ulp = 0;
+    double max_abs = 0;
+    double max_rel = 0;        // relative to sum_k p_k |V_k| (see attn/oracle/metrics.hpp)
+    double normwise_rel = 0;
+    double max_tightness = 0;  // max over elements of |computed - exact| / bound
+    double median_tightness = 0;
+    Index violations = 0;      // elements with error > bound (or a NaN/Inf mismatch); must be 0
+    Index unbounded = 0;       // elements the error model cannot bound (infinite bound): tightness says nothing there
+    Shape worst_index;         // (b, h, i, d) of the element with the largest error / bound
+    double worst_computed = 0, worst_exact = 0, worst_bound = 0;
+    // The tightness one more ulp of error at the worst element would add: the drift margin's absolute part.
+    double tightness_per_ulp = 0;
+
+    bool failed() const { return !error.empty() || violations > 0; }
+};
+
+// Runs every implementation on the case's inputs in one dtype and compares each with the oracle (bound for its
+// error model); a row whose implementation or oracle threw carries the message in `error`.
+std::vector<Row> measure(const std::vector<const suite::Implementation*>& impls, const Case& grid_case, DType dtype);
+
+struct Summary {
+    std::string impl;
+    DType dtype = DType::Float;
+    Index rows = 0, failed_rows = 0, violations = 0, unbounded = 0;
+    double max_ulp = 0, max_p99_ulp = 0, max_rel = 0, max_tightness = 0, median_tightness = 0;
+    std::string worst_config;  // the row with the largest tightness
+};
+
+// One summary per (implementation, dtype), in the order the rows first name them.
+std::vector<Summary> summarize(const std::vector<Row>& rows);
+
+nlohmann::json to_json(const Row& row);
+Row row_from_json(const nlohmann::json& j);  // IoError naming the field when the JSON is not a report row
+nlohmann::json to_json(const Summary& summary);
+
+// Non-finite doubles are written as the strings "inf", "-inf", "nan" (JSON has no such numbers).
+nlohmann::json number(double x);
+double number_from_json(const nlohmann::json& j);
+
+}  // namespace attn::report

@@ -1,0 +1,273 @@
+// Measuring one implementation on one case against the oracle, the summaries, and the rows' JSON form.
+#include "attn/report/accuracy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "attn/error.hpp"
+#include "attn/oracle/metrics.hpp"
+#include "attn/oracle/oracle.hpp"
+
+namespace attn::report {
+
+namespace {
+
+// The q-quantile (0 <= q <= 1) of values, nearest rank; 0 for none.
+double quantile(std::vector<double> values, double q) {
+    if (values.empty()) return 0;
+    const auto n = values.size();
+    auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(n)));
+    rank = std::clamp<std::size_t>(rank, 1, n) - 1;
+    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(rank), values.end());
+    return values[rank];
+}
+
+// Distance from |x| to the next T up, as a double.
+template <class T>
+double ulp_at(double x) {
+    const T a = static_cast<T>(std::fabs(x));
+    if (!std::isfinite(a)) return std::numeric_limits<double>::infinity();
+    return static_cast<double>(std::nextafter(a, std::numeric_limits<T>::infinity())) - static_cast<double>(a);
+}
+
+template <class T>
+void fill_metrics(Row& row, const Tensor<T>& output, const oracle::Result<T>& exact) {
+    const oracle::Comparison cmp = oracle::compare_output<T>(output.view(), exact);
+    row.elements = cmp.elements;
+    row.max_ulp = cmp.max_ulp;
+    row.max_abs = cmp.max_abs;
+    row.max_rel = cmp.max_rel;
+    row.normwise_rel = cmp.normwise_rel;
+    row.max_tightness = cmp.max_tightness;
+    row.violations = cmp.violations;
+    row.unbounded = cmp.unbounded;
+    row.worst_index = cmp.worst_index;
+    row.worst_computed = cmp.worst_computed;
+    row.worst_exact = cmp.worst_exact;
+    row.worst_bound = cmp.worst_bound;
+    row.tightness_per_ulp = cmp.worst_bound > 0 ? ulp_at<T>(cmp.worst_exact) / cmp.worst_bound : 0;
+
+    // The distribution over elements (the Comparison keeps only maxima): ulps for the p99, error / bound for
+    // the median. Zero error over a zero bound is a tightness of 0, as in the Comparison.
+    std::vector<double> ulps, tightness;
+    ulps.reserve(static_cast<std::size_t>(output.numel()));
+    tightness.reserve(static_cast<std::size_t>(output.numel()));
+    for (Index i = 0; i < output.numel(); ++i) {
+        const long double e = exact.output_exact[i];
+        ulps.push_back(oracle::ulp_distance<T>(output[i], e));
+        const double err =
+            static_cast<double>(std::fabs((static_cast<long double>(output[i]) - e) - exact.output_exact_lo[i]));
+        const double bound = exact.output_bound[i];
+        tightness.push_back(err == 0 ? 0 : bound > 0 ? err / bound : std::numeric_limits<double>::infinity());
+    }
+    row.p99_ulp = quantile(std::move(ulps), 0.99);
+    row.median_tightness = quantile(std::move(tightness), 0.5);
+}
+
+bool same_model(const oracle::ErrorModel& a, const oracle::ErrorModel& b) {
+    return a.name == b.name && a.exp_ulps == b.exp_ulps && a.rescalings == b.rescalings &&
+           a.scale_folded_into_q == b.scale_folded_into_q && a.key_block == b.key_block &&
+           a.scale_roundings == b.scale_roundings;
+}
+
+template <class T>
+std::vector<Row> measure_t(const std::vector<const suite::Implementation*>& impls, const Case& c, DType dtype) {
+    std::vector<Row> rows;
+    for (const suite::Implementation* impl : impls) {
+        Row row;
+        row.config = config_string(c, impl->name, dtype);
+        row.impl = impl->name;
+        row.dtype = dtype;
+        row.grid_case = c;
+        rows.push_back(std::move(row));
+    }
+    Inputs<T> in;
+    try {
+        in = make_inputs<T>(c);
+    } catch (const std::exception& e) {
+        for (Row& row : rows) row.error = std::string("inputs: ") + e.what();
+        return rows;
+    }
+    // The bound depends on the error model, the exact values do not; implementations sharing a model share the
+    // oracle call (the expensive part of a row).
+    std::vector<std::pair<oracle::ErrorModel, std::optional<oracle::Result<T>>>> oracles;
+    for (std::size_t n = 0; n < impls.size(); ++n) {
+        const suite::Implementation& impl = *impls[n];
+        Row& row = rows[n];
+        try {
+            const oracle::Result<T>* exact = nullptr;
+            for (auto& [model, result] : oracles)
+                if (same_model(model, impl.error_model) && result) exact = &*result;
+            if (!exact) {
+                oracle::OracleOptions oracle_options;
+                oracle_options.model = impl.error_model;
+                oracles.emplace_back(impl.error_model,
+                                     oracle::scaled_dot_product_attention<T>(in.q.view(), in.k.view(), in.v.view(),
+                                                                             in.allowed_view(), in.options,
+                                                                             oracle_options));
+                exact = &*oracles.back().second;
+            }
+            const SdpaResult<T> got = impl.run<T>(in.q.view(), in.k.view(), in.v.view(), in.allowed_view(), in.options);
+            fill_metrics(row, got.output, *exact);
+        } catch (const std::exception& e) {
+            row.error = e.what();
+        }
+    }
+    return rows;
+}
+
+template <class E>
+E enum_from_string(const std::string& s, std::initializer_list<E> all, const char* field) {
+    for (E e : all)
+        if (s == to_string(e)) return e;
+    throw IoError(std::string("report: accuracy.json: unknown ") + field + " '" + s + "'");
+}
+
+}  // namespace
+
+std::vector<Row> measure(const std::vector<const suite::Implementation*>& impls, const Case& grid_case, DType dtype) {
+    return dtype == DType::Float ? measure_t<float>(impls, grid_case, dtype) : measure_t<double>(impls, grid_case, dtype);
+}
+
+std::vector<Summary> summarize(const std::vector<Row>& rows) {
+    std::vector<Summary> out;
+    std::map<std::pair<std::string, DType>, std::vector<double>> tightness;
+    for (const Row& row : rows) {
+        auto it = std::find_if(out.begin(), out.end(),
+                               [&](const Summary& s) { return s.impl == row.impl && s.dtype == row.dtype; });
+        if (it == out.end()) {
+            Summary fresh;
+            fresh.impl = row.impl;
+            fresh.dtype = row.dtype;
+            out.push_back(std::move(fresh));
+            it = out.end() - 1;
+        }
+        Summary& s = *it;
+        ++s.rows;
+        if (row.failed()) ++s.failed_rows;
+        s.violations += row.violations;
+        s.unbounded += row.unbounded;
+        s.max_ulp = std::max(s.max_ulp, row.max_ulp);
+        s.max_p99_ulp = std::max(s.max_p99_ulp, row.p99_ulp);
+        s.max_rel = std::max(s.max_rel, row.max_rel);
+        if (row.error.empty() && (s.worst_config.empty() || row.max_tightness > s.max_tightness)) {
+            s.max_tightness = row.max_tightness;
+            s.worst_config = row.config;
+        }
+        if (row.error.empty()) tightness[{row.impl, row.dtype}].push_back(row.max_tightness);
+    }
+    for (Summary& s : out) s.median_tightness = quantile(tightness[{s.impl, s.dtype}], 0.5);
+    return out;
+}
+
+nlohmann::json number(double x) {
+    if (std::isnan(x)) return "nan";
+    if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+    return x;
+}
+
+double number_from_json(const nlohmann::json& j) {
+    if (j.is_number()) return j.get<double>();
+    if (j.is_string()) {
+        const auto s = j.get<std::string>();
+        if (s == "inf") return std::numeric_limits<double>::infinity();
+        if (s == "-inf") return -std::numeric_limits<double>::infinity();
+        if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+    }
+    throw IoError("report: accuracy.json: expected a number or \"inf\"/\"-inf\"/\"nan\", got " + j.dump());
+}
+
+nlohmann::json to_json(const Row& row) {
+    const Case& c = row.grid_case;
+    nlohmann::json j = {
+        {"config", row.config}, {"impl", row.impl}, {"dtype", to_string(row.dtype)}, {"sweep", c.sweep},
+        {"B", c.B}, {"H", c.H}, {"Tq", c.Tq}, {"Tk", c.Tk}, {"Dk", c.Dk}, {"Dv", c.Dv},
+        {"mask", to_string(c.mask_kind)}, {"dist", to_string(c.distribution)}, {"logit_std", c.logit_std},
+    };
+    j["error"] = row.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.error);
+    j["elements"] = row.elements;
+    j["max_ulp"] = number(row.max_ulp);
+    j["p99_ulp"] = number(row.p99_ulp);
+    j["max_abs"] = number(row.max_abs);
+    j["max_rel"] = number(row.max_rel);
+    j["normwise_rel"] = number(row.normwise_rel);
+    j["max_tightness"] = number(row.max_tightness);
+    j["median_tightness"] = number(row.median_tightness);
+    j["violations"] = row.violations;
+    j["unbounded"] = row.unbounded;
+    j["worst_index"] = row.worst_index;
+    j["worst_computed"] = number(row.worst_computed);
+    j["worst_exact"] = number(row.worst_exact);
+    j["worst_bound"] = number(row.worst_bound);
+    j["tightness_per_ulp"] = number(row.tightness_per_ulp);
+    return j;
+}
+
+Row row_from_json(const nlohmann::json& j) {
+    const auto field = [&](const char* name) -> const nlohmann::json& {
+        if (!j.is_object() || !j.contains(name))
+            throw IoError(std::string("report: accuracy.json: a row has no field '") + name + "'");
+        return j.at(name);
+    };
+    try {
+        Row row;
+        row.config = field("config").get<std::string>();
+        row.impl = field("impl").get<std::string>();
+        row.dtype = enum_from_string(field("dtype").get<std::string>(), {DType::Float, DType::Double}, "dtype");
+        Case& c = row.grid_case;
+        c.sweep = field("sweep").get<std::string>();
+        c.B = field("B").get<Index>();
+        c.H = field("H").get<Index>();
+        c.Tq = field("Tq").get<Index>();
+        c.Tk = field("Tk").get<Index>();
+        c.Dk = field("Dk").get<Index>();
+        c.Dv = field("Dv").get<Index>();
+        c.mask_kind = enum_from_string(field("mask").get<std::string>(),
+                                       {MaskKind::None, MaskKind::CausalTopLeft, MaskKind::CausalBottomRight,
+                                        MaskKind::Padding, MaskKind::Random},
+                                       "mask");
+        c.distribution = enum_from_string(field("dist").get<std::string>(),
+                                          {Distribution::Normal, Distribution::LargeLogits, Distribution::NearTies,
+                                           Distribution::WideRange, Distribution::Subnormal},
+                                          "dist");
+        c.logit_std = number_from_json(field("logit_std"));
+        row.error = field("error").is_null() ? "" : field("error").get<std::string>();
+        row.elements = field("elements").get<Index>();
+        row.max_ulp = number_from_json(field("max_ulp"));
+        row.p99_ulp = number_from_json(field("p99_ulp"));
+        row.max_abs = number_from_json(field("max_abs"));
+        row.max_rel = number_from_json(field("max_rel"));
+        row.normwise_rel = number_from_json(field("normwise_rel"));
+        row.max_tightness = number_from_json(field("max_tightness"));
+        row.median_tightness = number_from_json(field("median_tightness"));
+        row.violations = field("violations").get<Index>();
+        row.unbounded = field("unbounded").get<Index>();
+        row.worst_index = field("worst_index").get<Shape>();
+        row.worst_computed = number_from_json(field("worst_computed"));
+        row.worst_exact = number_from_json(field("worst_exact"));
+        row.worst_bound = number_from_json(field("worst_bound"));
+        row.tightness_per_ulp = number_from_json(field("tightness_per_ulp"));
+        return row;
+    } catch (const nlohmann::json::exception& e) {
+        throw IoError(std::string("report: accuracy.json: malformed row: ") + e.what());
+    }
+}
+
+nlohmann::json to_json(const Summary& s) {
+    return {{"impl", s.impl},
+            {"dtype", to_string(s.dtype)},
+            {"rows", s.rows},
+            {"failed_rows", s.failed_rows},
+            {"violations", s.violations},
+            {"unbounded", s.unbounded},
+            {"max_ulp", number(s.max_ulp)},
+            {"max_p99_ulp", number(s.max_p99_ulp)},
+            {"max_rel", number(s.max_rel)},
+            {"max_tightness", number(s.max_tightness)},
+            {"median_tightness", number(s.median_tightness)},
+            {"worst_config", s.worst_config}};
+}
+
+}  // namespace attn::report

@@ -1,0 +1,526 @@
+// `attn report`: the sweep, the drift check against the committed baseline, and the report files.
+#include "attn/report/report.hpp"
+
+#include <gnu/libc-version.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "artifacts.hpp"
+#include "attn/error.hpp"
+#include "attn/suite/property.hpp"
+#include "document.hpp"
+#include "plots.hpp"
+
+namespace attn::report {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---- progress -------------------------------------------------------------------------------------------------
+
+// A bar redrawn in place on a terminal; on anything else (CI logs, pipes) a line every tenth of the work.
+class Progress {
+public:
+    Progress(Index total, std::string what)
+        : total_(total), what_(std::move(what)), tty_(::isatty(::fileno(stderr)) != 0),
+          start_(std::chrono::steady_clock::now()) {}
+
+    void step(const std::string& label) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++done_;
+        const double s = seconds();
+        if (tty_) {
+            const int width = 30;
+            const int filled = static_cast<int>(width * done_ / std::max<Index>(total_, 1));
+            const double left = done_ > 0 ? s * static_cast<double>(total_ - done_) / static_cast<double>(done_) : 0;
+            std::string shown = label.size() > 70 ? label.substr(0, 67) + "..." : label;
+            std::fprintf(stderr, "\r\033[K%s [%s%s] %lld/%lld %5.1f s, ~%.0f s left  %s", what_.c_str(),
+                         std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                         std::string(static_cast<std::size_t>(width - filled), '.').c_str(),
+                         static_cast<long long>(done_), static_cast<long long>(total_), s, left, shown.c_str());
+            std::fflush(stderr);
+        } else if (done_ * 10 / std::max<Index>(total_, 1) != (done_ - 1) * 10 / std::max<Index>(total_, 1) ||
+                   done_ == total_) {
+            std::fprintf(stderr, "%s: %lld/%lld (%lld%%), %.1f s\n", what_.c_str(), static_cast<long long>(done_),
+                         static_cast<long long>(total_), static_cast<long long>(100 * done_ / std::max<Index>(total_, 1)),
+                         s);
+        }
+    }
+
+    void finish() {
+        if (tty_) std::fprintf(stderr, "\r\033[K%s: %lld items in %.1f s\n", what_.c_str(), static_cast<long long>(done_), seconds());
+    }
+
+    double seconds() const {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    }
+
+private:
+    Index total_, done_ = 0;
+    std::string what_;
+    bool tty_;
+    std::chrono::steady_clock::time_point start_;
+    std::mutex mutex_;
+};
+
+// ---- the sweep ------------------------------------------------------------------------------------------------
+
+// Every (case, dtype) unit measured by `jobs` workers; the rows come back in grid order whatever the scheduling.
+std::vector<Row> sweep(const std::vector<Case>& cases, const std::vector<const suite::Implementation*>& impls,
+                       int jobs, const std::string& what) {
+    const DType dtypes[] = {DType::Float, DType::Double};
+    const Index units = static_cast<Index>(cases.size()) * 2;
+    std::vector<std::vector<Row>> results(static_cast<std::size_t>(units));
+    Progress progress(units, what);
+    std::atomic<Index> next{0};
+    const auto worker = [&] {
+        for (Index u = next++; u < units; u = next++) {
+            const Case& c = cases[static_cast<std::size_t>(u / 2)];
+            const DType dtype = dtypes[u % 2];
+            results[static_cast<std::size_t>(u)] = measure(impls, c, dtype);
+            progress.step(config_string(c, "*", dtype));
+        }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 1; t < std::max(jobs, 1); ++t) threads.emplace_back(worker);
+    worker();
+    for (auto& t : threads) t.join();
+    progress.finish();
+    std::vector<Row> rows;
+    for (auto& unit : results)
+        for (auto& row : unit) rows.push_back(std::move(row));
+    return rows;
+}
+
+// ---- formatting -----------------------------------------------------------------------------------------------
+
+std::string fmt(const char* format, double x) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, format, x);
+    return buf;
+}
+std::string ulps(double x) { return fmt("%.3g", x); }
+std::string sci(double x) { return fmt("%.2e", x); }
+std::string tight(double x) { return x == 0 ? "0" : fmt("%.2g", x); }
+
+std::string index_string(const Shape& idx) {
+    if (idx.empty()) return "-";
+    static const char* letters[] = {"b", "h", "i", "d"};
+    std::string s = "(";
+    for (std::size_t n = 0; n < idx.size(); ++n) {
+        if (n) s += ",";
+        s += (idx.size() == 4 ? std::string(letters[n]) + "=" : "") + std::to_string(idx[n]);
+    }
+    return s + ")";
+}
+
+std::string environment_line() {
+    std::string cpu = "unknown CPU";
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("model name", 0) == 0) {
+            cpu = line.substr(line.find(':') + 2);
+            break;
+        }
+    return cpu + "; compiler " + __VERSION__ + "; glibc " + gnu_get_libc_version();
+}
+
+// ---- the document ---------------------------------------------------------------------------------------------
+
+Section summary_section(const ReportOptions& options, const std::vector<Row>& rows,
+                        const std::vector<Summary>& summaries) {
+    Section s{"Summary", {}};
+    Index failed = 0, violations = 0;
+    for (const Row& r : rows) failed += r.failed(), violations += r.violations;
+    s.paragraph("Grid `" + std::string(to_string(options.grid)) + "`: " + std::to_string(rows.size()) +
+                " rows (implementation x dtype x shape x input distribution x mask), each compared element by "
+                "element with the high-precision oracle and its rigorous error bound. Made by `" + options.command +
+                "`.");
+    s.paragraph(failed == 0 ? "**Every row is within its bound** (0 bound violations, 0 failed rows)."
+                            : "**" + std::to_string(failed) + " rows failed** (" + std::to_string(violations) +
+                                  " elements above their bound, or an implementation error); see Failures.");
+    Table t;
+    t.header = {"implementation", "dtype", "rows", "max ULP", "max p99 ULP", "max rel. error", "median tightness",
+                "max tightness", "violations", "unbounded elements", "failed rows", "row with the max tightness"};
+    for (const Summary& x : summaries)
+        t.rows.push_back({x.impl, to_string(x.dtype), std::to_string(x.rows), ulps(x.max_ulp), ulps(x.max_p99_ulp),
+                          sci(x.max_rel), tight(x.median_tightness), tight(x.max_tightness),
+                          std::to_string(x.violations), std::to_string(x.unbounded), std::to_string(x.failed_rows),
+                          "`" + x.worst_config + "`"});
+    s.table(std::move(t));
+    s.paragraph("Machine: " + environment_line() + ".");
+    return s;
+}
+
+Section drift_section(const Drift& drift) {
+    Section s{"Drift against the baseline", {}};
+    if (!drift.baseline_found) {
+        s.paragraph("No baseline at `" + drift.baseline_path + "`: nothing to compare with. `attn report "
+                    "--update-baseline` makes this run the baseline.");
+        return s;
+    }
+    s.paragraph("Baseline `" + drift.baseline_path + "` (grid `" + drift.baseline_grid + "`). A row regresses when "
+                "its max ULP error exceeds " + fmt("%g", drift.margin.factor) + " x baseline + " +
+                fmt("%g", drift.margin.ulps) + " ulp, or its max tightness exceeds " + fmt("%g", drift.margin.factor) +
+                " x baseline + the tightness of " + fmt("%g", drift.margin.ulps) + " ulp, or it now fails "
+                "(derivation in reports/README.md, \"Drift\").");
+    s.paragraph(std::to_string(drift.compared) + " rows compared (" + std::to_string(drift.identical_rows) +
+                " bitwise identical in both measures), " + std::to_string(drift.new_rows) + " new, " +
+                std::to_string(drift.missing_rows) + " in the baseline but not in this run.");
+    if (drift.regressions.empty()) {
+        s.paragraph("**No row regressed.**");
+        return s;
+    }
+    s.paragraph("**" + std::to_string(drift.regressions.size()) + " rows regressed:**");
+    Table t;
+    t.header = {"row", "what grew", "max ULP (baseline -> now)", "max tightness (baseline -> now)"};
+    for (const RowDrift& d : drift.regressions)
+        t.rows.push_back({"`" + d.config + "`", d.reason, ulps(d.baseline_ulp) + " -> " + ulps(d.current_ulp),
+                          tight(d.baseline_tightness) + " -> " + tight(d.current_tightness)});
+    s.table(std::move(t));
+    return s;
+}
+
+Section failures_section(const std::vector<Row>& rows) {
+    Section s{"Failures", {}};
+    Table t;
+    t.header = {"row", "violations", "worst element (b,h,i,d)", "computed", "exact", "bound", "error"};
+    for (const Row& r : rows)
+        if (r.failed())
+            t.rows.push_back({"`" + r.config + "`", std::to_string(r.violations), index_string(r.worst_index),
+                              fmt("%.17g", r.worst_computed), fmt("%.17g", r.worst_exact), sci(r.worst_bound),
+                              r.error.empty() ? "-" : r.error});
+    if (t.rows.empty()) s.paragraph("None: no element of any row is above its bound, and no implementation threw.");
+    else s.table(std::move(t));
+    return s;
+}
+
+Section plots_section(const Plots& plots, bool wanted) {
+    Section s{"Plots", {}};
+    if (!wanted) {
+        s.paragraph("Plots were not requested (`--no-plots`).");
+        return s;
+    }
+    s.paragraph("Left: error in ulps of the dtype, the maximum (solid) and the 99th percentile (dashed) over the "
+                "output elements of a row. Middle: the maximum relative error (against sum_k p_k |V_k|) in units of "
+                "the dtype's unit roundoff u, so float and double share an axis. Right: the maximum of error / bound; "
+                "the dotted line at 1 is the bound itself. Rows with no error at all are drawn at the tick labelled "
+                "0. Float in blue, double in red.");
+    for (const Plot& p : plots.plots) s.plot(p.path, p.alt);
+    for (const std::string& problem : plots.problems) s.paragraph("Plot not drawn: " + problem);
+    return s;
+}
+
+Section rows_section(const std::vector<Row>& rows, const std::vector<Summary>& summaries) {
+    Section s{"Rows", {}};
+    s.paragraph("Every row, named by its config string. ULP columns: error in units in the last place of the "
+                "dtype; rel.: error relative to sum_k p_k |V_k|; tightness: error / bound (max and median over the "
+                "elements); worst: the element with the largest error / bound.");
+    for (const Summary& x : summaries) {
+        Table t;
+        t.header = {"row", "max ULP", "p99 ULP", "max rel.", "max tightness", "median tightness", "violations",
+                    "worst (b,h,i,d)"};
+        for (const Row& r : rows) {
+            if (r.impl != x.impl || r.dtype != x.dtype) continue;
+            if (!r.error.empty()) {
+                t.rows.push_back({"`" + r.config + "`", "error: " + r.error, "-", "-", "-", "-", "-", "-"});
+                continue;
+            }
+            t.rows.push_back({"`" + r.config + "`", ulps(r.max_ulp), ulps(r.p99_ulp), sci(r.max_rel),
+                              tight(r.max_tightness), tight(r.median_tightness), std::to_string(r.violations),
+                              index_string(r.worst_index)});
+        }
+        s.table(std::move(t), x.impl + " " + to_string(x.dtype) + ": " + std::to_string(x.rows) + " rows");
+    }
+    return s;
+}
+
+// The property suite's mutant table (the authority on which bug each property catches), then the accuracy check's
+// own kill column: mutants run through the cross-product cases, killed when some row violates its bound or the
+// mutant throws where the correct implementations do not.
+Section mutants_section(const std::optional<std::vector<suite::MutantRow>>& table, const std::vector<Row>& mutant_rows,
+                        const std::vector<const suite::Implementation*>& mutants, bool swept) {
+    Section s{"Mutants", {}};
+    if (!table) {
+        s.paragraph("The property suite's mutant table was not run (`--no-mutants`); `attn mutants` prints it.");
+    } else {
+        Index killed = 0;
+        double seconds = 0;
+        Table t;
+        t.header = {"mutant", "bug", "killed", "first killing property", "dtype", "killing case", "cases until the kill",
+                    "seconds"};
+        for (const suite::MutantRow& m : *table) {
+            killed += m.killed;
+            seconds += m.seconds;
+            t.rows.push_back({m.mutant, m.description, m.killed ? "yes" : "**SURVIVED**", m.killed_by.empty() ? "-" : m.killed_by,
+                              m.dtype.empty() ? "-" : m.dtype, m.config.empty() ? "-" : "`" + m.config + "`",
+                              std::to_string(m.cases), fmt("%.2f", m.seconds)});
+        }
+        s.paragraph("The property suite against every deliberately wrong implementation of the registry (`attn "
+                    "mutants`): **mutation score " + std::to_string(killed) + "/" + std::to_string(table->size()) +
+                    "**, " + fmt("%.1f", seconds) + " s in all. A mutant that survives means a property is missing.");
+        s.table(std::move(t));
+    }
+    if (mutants.empty()) return s;
+    if (!swept) {
+        s.paragraph("The accuracy sweep of the mutants was skipped (`--no-mutants`).");
+        return s;
+    }
+    Table t;
+    t.header = {"mutant", "killed by the accuracy sweep", "first killing row", "max tightness there"};
+    Index killed = 0;
+    for (const suite::Implementation* m : mutants) {
+        const Row* first = nullptr;
+        Index rows = 0, failed = 0;
+        for (const Row& r : mutant_rows) {
+            if (r.impl != m->name) continue;
+            ++rows;
+            if (r.failed()) {
+                ++failed;
+                if (!first) first = &r;
+            }
+        }
+        killed += failed > 0;
+        t.rows.push_back({m->name,
+                          failed ? "yes (" + std::to_string(failed) + "/" + std::to_string(rows) + " rows)" : "no",
+                          first ? "`" + first->config + "`" : "-",
+                          first ? (first->error.empty() ? tight(first->max_tightness) : "threw: " + first->error) : "-"});
+    }
+    s.paragraph("The accuracy check alone (every output element within the oracle's bound) against every mutant, on "
+                "the " + std::to_string(mutant_rows.size()) + " rows of the distribution x mask cross product of the "
+                "smoke grid: " + std::to_string(killed) + " of " + std::to_string(mutants.size()) + " killed. Bugs "
+                "this sweep cannot see (dropout, NaN handling, weights-only bugs, shapes it does not use) are the "
+                "properties' job.");
+    s.table(std::move(t));
+    return s;
+}
+
+Section artifact_section(const std::string& title, const std::string& file, const std::string& intro,
+                         const std::string& how_to_run, const std::vector<std::string>& dirs) {
+    Section s{title, {}};
+    if (const auto path = find_artifact(dirs, file)) {
+        s.paragraph(intro);
+        append_artifact(s, *path);
+    } else {
+        s.paragraph("Not run: no `" + file + "` was found (" + how_to_run + ").");
+    }
+    return s;
+}
+
+// Fuzzing figures: a fuzz.json when some run left one (execs/s, coverage, findings), and the fuzzers' mutant table
+// (`attn fuzz --mutants` writes mutant_kills.md into the fuzz build directory).
+Section fuzzing_section(const std::vector<std::string>& dirs) {
+    Section s{"Fuzzing", {}};
+    const auto figures = find_artifact(dirs, "fuzz.json");
+    const auto kills = find_artifact(dirs, "mutant_kills.md");
+    if (figures) {
+        s.paragraph("Figures of the last `attn fuzz` run: executions per second, coverage, findings.");
+        append_artifact(s, *figures);
+    }
+    if (kills) {
+        s.paragraph("The mutants under the fuzzers (`attn fuzz --mutants`):");
+        append_markdown_artifact(s, *kills);
+    }
+    if (!figures && !kills)
+        s.paragraph("Not run: neither `fuzz.json` nor the fuzzers' `mutant_kills.md` was found (`attn fuzz` prints "
+                    "its figures; `attn fuzz --mutants` writes the table into the fuzz build directory).");
+    return s;
+}
+
+Section reading_section() {
+    Section s{"How to read this report", {}};
+    s.paragraph("A ULP is the spacing of the dtype's numbers at the exact value; the bound is the oracle's rigorous "
+                "worst-case error for the implementation's way of computing; tightness is error / bound. A healthy "
+                "row has tightness around 0.01 to 0.5; values near 1e-9 mean the bound is so loose it proves "
+                "nothing; above 1 is a bug (in the implementation or in the bound). The full guide, the JSON "
+                "schema and what to do when drift is flagged are in `reports/README.md`.");
+    return s;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream out(path);
+    out << text;
+    if (!out) throw IoError("report: cannot write " + path.string());
+}
+
+// A path as the report shows it: relative to the project root when it lies inside it, so the committed report
+// does not name the directory it happened to be made in.
+std::string shown_path(const std::string& path, const std::string& root) {
+    if (root.empty()) return path;
+    std::error_code ec;
+    const fs::path rel = fs::weakly_canonical(path, ec).lexically_relative(fs::weakly_canonical(root, ec));
+    if (ec || rel.empty() || *rel.begin() == "..") return path;
+    return rel.string();
+}
+
+bool same_file(const fs::path& a, const fs::path& b) {
+    std::error_code ec;
+    return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+}
+
+}  // namespace
+
+// ---- JSON -----------------------------------------------------------------------------------------------------
+
+nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const DriftMargin& margin) {
+    nlohmann::json j;
+    j["schema"] = "attn-accuracy/1";
+    j["grid"] = to_string(grid);
+    j["environment"] = environment_line();
+    j["margin"] = {{"factor", margin.factor}, {"ulps", margin.ulps}};
+    j["summary"] = nlohmann::json::array();
+    for (const Summary& s : summarize(rows)) j["summary"].push_back(to_json(s));
+    j["rows"] = nlohmann::json::array();
+    for (const Row& r : rows) j["rows"].push_back(to_json(r));
+    return j;
+}
+
+std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid) {
+    std::ifstream in(path);
+    if (!in) throw IoError("report: cannot read " + path);
+    nlohmann::json j;
+    try {
+        in >> j;
+    } catch (const nlohmann::json::exception& e) {
+        throw IoError("report: " + path + " is not valid JSON: " + e.what());
+    }
+    if (!j.is_object() || j.value("schema", "") != "attn-accuracy/1" || !j.contains("rows") || !j["rows"].is_array())
+        throw IoError("report: " + path + " is not an attn accuracy report (schema attn-accuracy/1)");
+    if (grid) *grid = j.value("grid", "?");
+    std::vector<Row> rows;
+    for (const auto& r : j["rows"]) rows.push_back(row_from_json(r));
+    return rows;
+}
+
+// ---- the command ----------------------------------------------------------------------------------------------
+
+ReportRun run_report(const ReportOptions& options, const std::vector<const suite::Implementation*>& impls,
+                     const std::vector<const suite::Implementation*>& mutants, std::ostream& log) {
+    if (impls.empty()) throw ConfigError("report: no implementation to measure");
+    ReportRun run;
+    const DriftMargin margin;
+
+    // 1. The baseline, read before anything is written.
+    std::vector<Row> baseline;
+    run.drift.baseline_path = shown_path(options.baseline_path, options.project_root);
+    std::error_code ec;
+    const bool have_baseline = !options.baseline_path.empty() && fs::exists(options.baseline_path, ec);
+    if (have_baseline) baseline = read_accuracy_json(options.baseline_path, &run.drift.baseline_grid);
+
+    // 2. The sweep.
+    const std::vector<Case> cases = make_grid(options.grid);
+    log << "attn report: grid " << to_string(options.grid) << ", " << cases.size() << " cases x 2 dtypes x "
+        << impls.size() << " implementations" << std::endl;
+    run.rows = sweep(cases, impls, options.jobs, "report");
+    run.summaries = summarize(run.rows);
+
+    // 3. Drift.
+    if (have_baseline) {
+        const std::string path = run.drift.baseline_path, grid = run.drift.baseline_grid;
+        run.drift = compare_with_baseline(baseline, run.rows, margin);
+        run.drift.baseline_path = path;
+        run.drift.baseline_grid = grid;
+    }
+
+    // 4. The mutants, on the cross-product cases of the smoke grid.
+    std::vector<Row> mutant_rows;
+    if (options.mutant_sweep && !mutants.empty()) {
+        std::vector<Case> small;
+        for (const Case& c : make_grid(GridKind::Smoke))
+            if (c.sweep == "grid") small.push_back(c);
+        mutant_rows = sweep(small, mutants, options.jobs, "mutants");
+    }
+
+    // 5. The property suite's mutant table.
+    std::optional<std::vector<suite::MutantRow>> table;
+    if (options.mutant_table) {
+        log << "mutant table: the property suite against every mutant (one line per mutant on stderr)" << std::endl;
+        table = suite::mutant_table(suite::settings_from_environment(false), &std::cerr);
+    }
+
+    // 6. Plots and the document.
+    const fs::path out_dir = options.out_dir;
+    fs::create_directories(out_dir);
+    Plots plots;
+    if (options.plots) plots = make_plots(run.rows, out_dir.string());
+    Document doc{"attn accuracy report", {}};
+    doc.sections.push_back(summary_section(options, run.rows, run.summaries));
+    doc.sections.push_back(drift_section(run.drift));
+    doc.sections.push_back(failures_section(run.rows));
+    doc.sections.push_back(plots_section(plots, options.plots));
+    doc.sections.push_back(mutants_section(table, mutant_rows, mutants, options.mutant_sweep));
+    doc.sections.push_back(fuzzing_section(options.artifact_dirs));
+    doc.sections.push_back(artifact_section(
+        "Benchmarks", "bench.json",
+        "Figures of the last `attn bench --json` run (Google Benchmark underneath): time, GFLOP/s and % of gemm "
+        "peak, as ratios within that one run.",
+        "`attn bench --json` leaves it", options.artifact_dirs));
+    doc.sections.push_back(rows_section(run.rows, run.summaries));
+    doc.sections.push_back(reading_section());
+
+    // 7. Files. The run's JSON never silently replaces the baseline: without --update-baseline it goes next to it
+    // as accuracy.new.json when the output directory is the baseline's.
+    const std::string json_text = accuracy_json(options.grid, run.rows, margin).dump(1) + "\n";
+    fs::path json_path = out_dir / "accuracy.json";
+    if (!options.update_baseline && !options.baseline_path.empty() && same_file(json_path, options.baseline_path))
+        json_path = out_dir / "accuracy.new.json";
+    write_text(json_path, json_text);
+    if (options.update_baseline && !options.baseline_path.empty()) write_text(options.baseline_path, json_text);
+    write_text(out_dir / "accuracy.md", render_markdown(doc));
+    write_text(out_dir / "index.html", render_html(doc, out_dir.string()));
+
+    // 8. The log.
+    log << "\n";
+    char line[512];
+    std::snprintf(line, sizeof line, "%-12s %-7s %5s %10s %10s %10s %10s %10s %6s\n", "impl", "dtype", "rows",
+                  "max_ulp", "p99_ulp", "max_rel", "med_tight", "max_tight", "viol");
+    log << line;
+    for (const Summary& s : run.summaries) {
+        std::snprintf(line, sizeof line, "%-12s %-7s %5lld %10.3g %10.3g %10.2e %10.2g %10.2g %6lld%s\n",
+                      s.impl.c_str(), to_string(s.dtype), static_cast<long long>(s.rows), s.max_ulp, s.max_p99_ulp,
+                      s.max_rel, s.median_tightness, s.max_tightness, static_cast<long long>(s.violations),
+                      s.failed_rows ? "  FAILED ROWS" : "");
+        log << line;
+    }
+    Index failed = 0;
+    for (const Row& r : run.rows)
+        if (r.failed()) {
+            ++failed;
+            log << "FAILED " << r.config << ": "
+                << (r.error.empty() ? std::to_string(r.violations) + " elements above their bound, worst " +
+                                          index_string(r.worst_index)
+                                    : r.error)
+                << "\n";
+        }
+    if (!run.drift.baseline_found) {
+        log << "drift: no baseline at " << options.baseline_path << "\n";
+    } else {
+        log << "drift: " << run.drift.compared << " rows compared with " << run.drift.baseline_path << " ("
+            << run.drift.identical_rows << " identical), " << run.drift.regressions.size() << " regressed\n";
+        for (const RowDrift& d : run.drift.regressions) log << "REGRESSED " << d.config << ": " << d.reason << "\n";
+    }
+    log << "wrote " << (out_dir / "accuracy.md").string() << ", " << (out_dir / "index.html").string() << ", "
+        << json_path.string() << ", " << plots.plots.size() << " plots\n";
+    for (const std::string& p : plots.problems) log << "warning: " << p << "\n";
+    if (options.update_baseline) log << "baseline replaced: " << options.baseline_path << "\n";
+
+    if (options.check && (failed > 0 || !run.drift.regressions.empty())) {
+        log << "attn report --check: FAILED (" << failed << " failed rows, " << run.drift.regressions.size()
+            << " regressions)\n";
+        run.exit_code = 1;
+    }
+    return run;
+}
+
+}  // namespace attn::report

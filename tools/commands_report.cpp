@@ -1,0 +1,85 @@
+// `attn report`: the accuracy report (sweep against the oracle, drift against the committed baseline).
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+
+#if ATTN_HAVE_REPORTS
+#include "attn/report/report.hpp"
+#include "attn/suite/registry.hpp"
+#endif
+
+namespace attn::cli {
+
+namespace {
+
+struct ReportSettings {
+    bool quick = false, full = false, check = false, update_baseline = false, no_plots = false, no_mutants = false;
+    std::string grid;
+    std::string out_dir = std::string(ATTN_SOURCE_DIR) + "/reports/latest";
+    std::string baseline = std::string(ATTN_SOURCE_DIR) + "/reports/latest/accuracy.json";
+    std::vector<std::string> impls;
+    int jobs = 1;
+};
+
+}  // namespace
+
+Action add_report_command(CLI::App& app) {
+    auto settings = std::make_shared<ReportSettings>();
+    auto* report = app.add_subcommand(
+        "report", "Accuracy report: every correct implementation against the oracle, with drift against the baseline");
+    auto* quick = report->add_flag("--quick", settings->quick, "The CI grid (about a minute on 2 cores)");
+    auto* full = report->add_flag("--full", settings->full, "The nightly grid (the default)");
+    auto* grid = report->add_option("--grid", settings->grid, "smoke, quick or full");
+    quick->excludes(full)->excludes(grid);
+    full->excludes(grid);
+    report->add_flag("--check", settings->check,
+                     "Exit 1 when a row regressed against the baseline, violated its bound or failed");
+    report->add_flag("--update-baseline", settings->update_baseline, "Make this run the baseline");
+    report->add_option("--out", settings->out_dir, "Directory for accuracy.md, accuracy.json, index.html, plots/")
+        ->capture_default_str();
+    report->add_option("--baseline", settings->baseline, "The baseline accuracy.json")->capture_default_str();
+    report->add_option("--impl", settings->impls, "Only these implementations (repeatable; default: every correct one)");
+    report->add_option("-j,--jobs", settings->jobs, "Worker threads over the grid")->check(CLI::Range(1, 64))
+        ->capture_default_str();
+    report->add_flag("--no-plots", settings->no_plots, "Do not draw the plots");
+    report->add_flag("--no-mutants", settings->no_mutants, "Skip the mutant table and the mutants' accuracy sweep");
+
+    return [report, settings]() -> int {
+        if (!report->parsed()) return not_mine;
+#if ATTN_HAVE_REPORTS
+        const ReportSettings& s = *settings;
+        report::ReportOptions options;
+        options.grid = s.quick ? report::GridKind::Quick
+                       : s.grid.empty() ? report::GridKind::Full
+                                        : report::grid_from_string(s.grid);
+        options.out_dir = s.out_dir;
+        options.baseline_path = s.baseline;
+        options.check = s.check;
+        options.update_baseline = s.update_baseline;
+        options.plots = !s.no_plots;
+        options.mutant_sweep = !s.no_mutants;
+        options.mutant_table = !s.no_mutants;
+        options.jobs = s.jobs;
+        options.artifact_dirs = {s.out_dir, std::string(ATTN_SOURCE_DIR) + "/reports/latest", ATTN_BINARY_DIR,
+                                 std::string(ATTN_BINARY_DIR) + "/bench", std::string(ATTN_BINARY_DIR) + "/fuzz",
+                                 std::string(ATTN_SOURCE_DIR) + "/build/fuzz"};
+        options.project_root = ATTN_SOURCE_DIR;
+        options.command = "attn report";
+        if (options.grid == report::GridKind::Quick) options.command += " --quick";
+        if (options.grid == report::GridKind::Smoke) options.command += " --grid smoke";
+        std::vector<const suite::Implementation*> impls;
+        if (s.impls.empty()) impls = suite::correct_implementations();
+        for (const std::string& name : s.impls) impls.push_back(&suite::implementation(name));
+        return report::run_report(options, impls, suite::mutants(), std::cout).exit_code;
+#else
+        std::cerr << "attn report: this build has no report generator (it needs the oracle and the property suite; "
+                     "configure with ATTN_BUILD_ORACLE, ATTN_BUILD_PROPERTIES and ATTN_BUILD_REPORTS on)\n";
+        return 2;
+#endif
+    };
+}
+
+}  // namespace attn::cli
