@@ -59,7 +59,7 @@ struct RunOptions {
 std::string sanitizer_command(const std::string& label) {
     const std::string src = std::string("'") + ATTN_SOURCE_DIR + "'";
     return "cd " + src + " && cmake --preset debug-asan >/dev/null && cmake --build --preset debug-asan -j 2 && " +
-           "ctest --preset debug-asan -j 2 " + (label.empty() ? "-LE 'properties|mutants|slow'" : "-L '" + label + "'");
+           "ctest --preset debug-asan -j 2 " + (label.empty() ? "-LE 'properties|slow'" : "-L '" + label + "'");
 }
 
 }  // namespace
@@ -82,7 +82,8 @@ Action add_run_commands(CLI::App& app) {
         const std::string self = "'" + self_path() + "'";
         const bool clang = run("command -v clang++ >/dev/null 2>&1") == 0;
         const std::vector<Stage> stages = {
-            {"unit tests", "", ctest_command("-LE 'properties|mutants|slow'")},
+            // Everything in ctest but the property suite, which the next two stages run with their own output.
+            {"unit tests", "", ctest_command("-LE 'properties|slow'")},
             {"properties", "properties", self + " properties" + (opts.full ? " --thorough" : "")},
             {"mutants", "mutants", self + " mutants"},
             {"fuzzing", clang ? "fuzz" : "-", self + " fuzz --target all --minutes " + (opts.full ? "10" : "0.25")},
