@@ -39,7 +39,9 @@ void parallel_for(Index count, const SdpaOptions& options, const std::function<v
     // Exceptions cannot leave an OpenMP region: keep the one of the lowest index (what a serial loop would throw).
     std::exception_ptr first_error;
     Index first_index = count;
-#pragma omp parallel for schedule(static) num_threads(thread_count(options))
+    const int threads = thread_count(options);
+    // A single item gains nothing from a team, and idle OpenMP workers spin-wait on a loaded machine.
+#pragma omp parallel for schedule(static) num_threads(threads) if (count > 1 && threads > 1)
     for (Index i = 0; i < count; ++i) {
         try {
             body(i);

@@ -282,7 +282,7 @@ template <class F>
 void parallel_for_dynamic(Index count, int threads, const F& body) {
     std::exception_ptr first_error;
     Index first_index = count;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (count > 1 && threads > 1)
     for (Index i = 0; i < count; ++i) {
         try {
             body(i);
