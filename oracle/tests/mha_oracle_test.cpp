@@ -1,0 +1,218 @@
+// The multi-head attention oracle against attn::MultiHeadAttention: the module's float and double outputs lie
+// within the bound over random configurations, the bound is not vacuous, and an element moved past it is caught.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "attn/mha.hpp"
+#include "attn/oracle/metrics.hpp"
+#include "attn/oracle/mha.hpp"
+
+using attn::Index;
+using attn::Shape;
+using attn::Tensor;
+using attn::TensorView;
+namespace oracle = attn::oracle;
+
+namespace {
+
+template <class T>
+Tensor<T> uniform(const Shape& shape, double amplitude, std::mt19937_64& rng) {
+    std::uniform_real_distribution<double> dist(-amplitude, amplitude);
+    Tensor<T> t(shape);
+    for (Index f = 0; f < t.numel(); ++f) t[f] = static_cast<T>(dist(rng));
+    return t;
+}
+
+Tensor<bool> random_flags(const Shape& shape, double p_true, std::mt19937_64& rng) {
+    std::bernoulli_distribution keep(p_true);
+    Tensor<bool> t(shape);
+    for (Index f = 0; f < t.numel(); ++f) t[f] = keep(rng);
+    return t;
+}
+
+// One random module call: sizes (H, G, kdim != vdim != E), biases, masks of rank 2/3/4, key padding, causal
+// alignments; the SDPA backend and the error model that describes it.
+template <class T>
+struct Case {
+    attn::MultiHeadAttention<T> module;
+    Tensor<T> xq, xk, xv;
+    std::optional<Tensor<bool>> allowed, padding;
+    attn::MhaOptions options;
+    oracle::OracleOptions oracle_options;
+    std::string label;
+};
+
+template <class T>
+Case<T> random_case(std::mt19937_64& rng, int n) {
+    const auto pick = [&](Index lo, Index hi) { return std::uniform_int_distribution<Index>(lo, hi)(rng); };
+    attn::MhaConfig config;
+    const Index G = pick(1, 2), R = pick(1, 3), Dh = pick(1, 4);
+    config.num_heads = G * R;
+    config.num_kv_heads = G;
+    config.embed_dim = config.num_heads * Dh;
+    config.kdim = n % 3 == 0 ? config.embed_dim : pick(1, 9);
+    config.vdim = n % 3 == 0 ? config.embed_dim : pick(1, 9);
+    config.bias = (n / 2) % 2 == 0;
+    config.init_seed = rng();
+    Case<T> c{attn::MultiHeadAttention<T>(config), {}, {}, {}, std::nullopt, std::nullopt, {}, {}, {}};
+    const Index E = config.embed_dim, KV = G * Dh;
+    if (config.bias) {
+        c.module.set_q_proj_bias(uniform<T>({E}, 0.5, rng).view());
+        c.module.set_k_proj_bias(uniform<T>({KV}, 0.5, rng).view());
+        c.module.set_v_proj_bias(uniform<T>({KV}, 0.5, rng).view());
+        c.module.set_out_proj_bias(uniform<T>({E}, 0.5, rng).view());
+    }
+    const Index B = pick(1, 2), Tq = pick(1, 6), Tk = pick(1, 6);
+    const double amplitude = n % 4 < 2 ? 1.0 : 6.0;  // larger inputs sharpen the softmax
+    c.xq = uniform<T>({B, Tq, E}, amplitude, rng);
+    c.xk = uniform<T>({B, Tk, *config.kdim}, amplitude, rng);
+    c.xv = uniform<T>({B, Tk, *config.vdim}, amplitude, rng);
+    const int mask_rank = static_cast<int>(pick(0, 4));  // 0 and 1: no mask
+    if (mask_rank == 2) c.allowed = random_flags({Tq, Tk}, 0.75, rng);
+    if (mask_rank == 3) c.allowed = random_flags({B, Tq, Tk}, 0.75, rng);
+    if (mask_rank == 4) c.allowed = random_flags({n % 2 ? B : 1, config.num_heads, Tq, Tk}, 0.75, rng);
+    if (n % 5 == 1) c.padding = random_flags({B, Tk}, 0.8, rng);
+    if (c.padding) c.options.key_padding_allowed = c.padding->view();
+    c.options.is_causal = n % 3 != 1;
+    c.options.alignment = (n / 4) % 2 ? attn::CausalAlignment::BottomRight : attn::CausalAlignment::TopLeft;
+    c.options.empty_rows = attn::EmptyRowPolicy::Zero;  // random masks and causal Tq > Tk leave rows empty
+    if (n % 7 == 3) c.options.scale = 0.75;
+    // The reference backend has its own model; the tiled one is covered by the conservative generic model.
+    c.options.backend = n % 2 ? attn::Backend::Reference : attn::Backend::Tiled;
+    c.oracle_options.model = n % 2 ? oracle::reference_model() : oracle::generic_model();
+    c.label = "case " + std::to_string(n) + ": B=" + std::to_string(B) + " Tq=" + std::to_string(Tq) +
+              " Tk=" + std::to_string(Tk) + " E=" + std::to_string(E) + " H=" + std::to_string(config.num_heads) +
+              " G=" + std::to_string(G) + " kdim=" + std::to_string(*config.kdim) + " vdim=" +
+              std::to_string(*config.vdim) + " bias=" + std::to_string(config.bias) + " mask rank " +
+              std::to_string(mask_rank) + " causal=" + std::to_string(c.options.is_causal) + " model " +
+              c.oracle_options.model.name;
+    return c;
+}
+
+template <class T>
+std::optional<TensorView<const bool>> mask_of(const Case<T>& c) {
+    if (!c.allowed) return std::nullopt;
+    return c.allowed->view();
+}
+
+template <class T>
+attn::MhaResult<T> run_module(const Case<T>& c) {
+    return c.module.forward(c.xq.view(), c.xk.view(), c.xv.view(), mask_of(c), c.options);
+}
+
+template <class T>
+oracle::Result<T> run_oracle(const Case<T>& c) {
+    return oracle::multi_head_attention<T>(c.module, c.xq.view(), c.xk.view(), c.xv.view(), mask_of(c), c.options,
+                                           c.oracle_options);
+}
+
+template <class T>
+std::vector<double> sweep(const char* dtype, int cases) {
+    std::mt19937_64 rng(20261130);
+    std::vector<double> tightness;
+    double worst_self = 0;
+    for (int n = 0; n < cases; ++n) {
+        const Case<T> c = random_case<T>(rng, n);
+        INFO(c.label);
+        const attn::MhaResult<T> got = run_module(c);
+        const oracle::Result<T> want = run_oracle(c);
+        const oracle::Comparison cmp = oracle::compare_output<T>(got.output.view(), want);
+        INFO(cmp.summary());
+        CHECK(cmp.pass());
+        CHECK(cmp.unbounded == 0);
+        CHECK(want.oracle_error_ratio <= oracle::max_oracle_error_ratio);
+        tightness.push_back(cmp.max_tightness);
+        worst_self = std::max(worst_self, want.oracle_error_ratio);
+    }
+    std::vector<double> sorted = tightness;
+    std::sort(sorted.begin(), sorted.end());
+    std::printf("mha oracle (%s, %d cases): worst tightness %.3g, median %.3g, oracle self-error ratio <= %.2g\n",
+                dtype, cases, sorted.back(), sorted[sorted.size() / 2], worst_self);
+    return sorted;
+}
+
+// The largest T on the far side of exact + bound (error just over the bound), or the one just inside.
+template <class T>
+T just_past(long double exact, long double exact_lo, double bound, bool past) {
+    const auto err = [&](T x) { return (static_cast<long double>(x) - exact) - exact_lo; };
+    T x = static_cast<T>(exact + exact_lo + bound);
+    while (err(x) <= bound) x = std::nextafter(x, std::numeric_limits<T>::infinity());
+    while (err(std::nextafter(x, -std::numeric_limits<T>::infinity())) > bound)
+        x = std::nextafter(x, -std::numeric_limits<T>::infinity());
+    return past ? x : std::nextafter(x, -std::numeric_limits<T>::infinity());
+}
+
+template <class T>
+void moved_element_is_caught() {
+    std::mt19937_64 rng(7);
+    const Case<T> c = random_case<T>(rng, 4);
+    INFO(c.label);
+    const attn::MhaResult<T> got = run_module(c);
+    const oracle::Result<T> want = run_oracle(c);
+    REQUIRE(oracle::compare_output<T>(got.output.view(), want).pass());
+    const Index f = got.output.numel() / 2;
+    const double bound = want.output_bound[f];
+    REQUIRE(std::isfinite(bound));
+    REQUIRE(bound > 0);
+
+    Tensor<T> moved = Tensor<T>::copy_of(got.output.view());
+    moved[f] = just_past<T>(want.output_exact[f], want.output_exact_lo[f], bound, true);
+    const oracle::Comparison over = oracle::compare_output<T>(moved.view(), want);
+    INFO(over.summary());
+    CHECK(over.violations == 1);
+    CHECK(over.worst_flat == f);
+    CHECK(over.max_tightness > 1);
+
+    // One step back towards the exact value, the element is within its bound again.
+    moved[f] = just_past<T>(want.output_exact[f], want.output_exact_lo[f], bound, false);
+    CHECK(oracle::compare_output<T>(moved.view(), want).pass());
+}
+
+}  // namespace
+
+TEST_CASE("the module's output lies within the MHA oracle's bound, which is not vacuous", "[oracle][mha]") {
+    const std::vector<double> f = sweep<float>("float", 60);
+    const std::vector<double> d = sweep<double>("double", 60);
+    // Not vacuous: somewhere the module's error reaches 1/100 of the bound.
+    CHECK(f.back() >= 1e-2);
+    CHECK(d.back() >= 1e-2);
+}
+
+TEST_CASE("an MHA output element moved just past its bound is caught and named", "[oracle][mha]") {
+    moved_element_is_caught<float>();
+    moved_element_is_caught<double>();
+}
+
+TEST_CASE("MHA oracle: the module's contracts and what it does not cover", "[oracle][mha][errors]") {
+    attn::MhaConfig config;
+    config.embed_dim = 4, config.num_heads = 2, config.dropout = 0.5;
+    const attn::MultiHeadAttention<float> m(config);
+    std::mt19937_64 rng(3);
+    const Tensor<float> x = uniform<float>({1, 3, 4}, 1.0, rng);
+    attn::MhaOptions training;
+    training.training = true;
+    CHECK_THROWS_AS(oracle::multi_head_attention<float>(m, x.view(), x.view(), x.view(), std::nullopt, training),
+                    attn::ConfigError);
+    const Tensor<float> wide = uniform<float>({1, 3, 5}, 1.0, rng);
+    CHECK_THROWS_AS(oracle::multi_head_attention<float>(m, x.view(), wide.view(), x.view(), std::nullopt, {}),
+                    attn::ShapeError);
+    Tensor<bool> none({3, 3});  // all false: every row is empty
+    CHECK_THROWS_AS(oracle::multi_head_attention<float>(m, x.view(), x.view(), x.view(), none.view(), {}),
+                    attn::MaskError);
+    attn::MhaOptions nan_rows;
+    nan_rows.empty_rows = attn::EmptyRowPolicy::Nan;
+    const oracle::Result<float> r = oracle::multi_head_attention<float>(m, x.view(), x.view(), x.view(), none.view(), nan_rows);
+    CHECK(std::isnan(r.output[0]));
+    const attn::MhaResult<float> module_nan = m.forward(x.view(), x.view(), x.view(), none.view(), nan_rows);
+    CHECK(oracle::compare_output<float>(module_nan.output.view(), r).pass());
+    Tensor<float> bad = Tensor<float>::copy_of(x.view());
+    bad[1] = NAN;
+    CHECK_THROWS_AS(oracle::multi_head_attention<float>(m, bad.view(), x.view(), x.view(), std::nullopt, {}),
+                    attn::ValueError);
+}
