@@ -15,4 +15,7 @@ inline constexpr int not_mine = -1;
 // `attn test` and `attn verify`: the suite and the main job (commands_run.cpp).
 Action add_run_commands(CLI::App& app);
 
+// `attn fuzz`: libFuzzer runs, corpus merge, crash minimisation, smoke runs, mutants (commands_fuzz.cpp).
+Action add_fuzz_command(CLI::App& app);
+
 }  // namespace attn::cli
