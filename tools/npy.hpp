@@ -1,9 +1,11 @@
 // tools/npy.hpp: .npy files (format 1.0-3.0; float32, float64, bool, int64; C order) to and from attn tensors.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attn/tensor.hpp"
@@ -13,6 +15,21 @@ namespace attn::npy {
 enum class DType { Float32, Float64, Bool, Int64 };
 
 const char* to_string(DType dtype);  // "float32", ...
+
+// Bytes per element: 4, 8, 1, 8.
+std::size_t item_size(DType dtype);
+
+// The dtype that stores T (float, double, bool, std::int64_t).
+template <class T>
+constexpr DType dtype_of() {
+    if constexpr (std::is_same_v<T, float>) return DType::Float32;
+    else if constexpr (std::is_same_v<T, double>) return DType::Float64;
+    else if constexpr (std::is_same_v<T, bool>) return DType::Bool;
+    else {
+        static_assert(std::is_same_v<T, std::int64_t>, ".npy supports float, double, bool and int64 only");
+        return DType::Int64;
+    }
+}
 
 // A parsed array: dtype, shape and its little-endian, C-order element bytes.
 struct Array {
@@ -32,7 +49,8 @@ Array read_file(const std::string& path);
 template <class T>
 Tensor<T> to_tensor(const Array& array, const std::string& name);
 
-// Serialises / writes a tensor (format 1.0, C order, '<f4', '<f8', '|b1' or '<i8').
+// Serialises / writes a tensor, any strides (format 1.0, or 2.0 when the header outgrows 64 KiB; C order;
+// '<f4', '<f8', '|b1' or '<i8'; data aligned to 64 bytes as numpy writes it).
 template <class T>
 std::vector<unsigned char> serialize(TensorView<const T> tensor);
 template <class T>

@@ -22,7 +22,9 @@ void write_empty_row(EmptyRowPolicy policy, T* output_row, Index Dv, T* weights_
 
 // The contract that finite readable inputs give finite outputs: a logit or output that overflowed is reported
 // as a ValueError naming the row, never returned as Inf or NaN.
-[[noreturn]] void throw_overflow(const std::string& function, const char* what, const std::string& batch_index, Index row);
+// `shapes` (SdpaProblem::shapes) names the tensors and their shapes in the message.
+[[noreturn]] void throw_overflow(const std::string& function, const char* what, const std::string& batch_index, Index row,
+                                 const std::string& shapes = {});
 
 // Runs body(0..count-1) on thread_count(options) threads (OpenMP, static schedule); rethrows the exception of the
 // lowest failing index, so errors do not depend on the thread count.

@@ -70,6 +70,7 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
         throw ShapeError(function + ": q, k and v need rank >= 2 (..., T, D)" + shapes());
     SdpaProblem<T> p;
     p.function = function;
+    p.shapes = shapes_of(allowed_mask ? &*allowed_mask : nullptr, q.shape(), k.shape(), v.shape());
     p.Tq = q.dim(-2);
     p.Tk = k.dim(-2);
     p.Dk = q.dim(-1);
@@ -112,9 +113,11 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     }
     p.scale = options.scale ? *options.scale : (p.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(p.Dk)) : 1.0);
     if (!std::isfinite(p.scale) || !std::isfinite(static_cast<T>(p.scale)))
-        throw ConfigError(function + ": scale must be finite in the input dtype, got " + std::to_string(p.scale));
+        throw ConfigError(function + ": scale must be finite in the input dtype, got " + std::to_string(p.scale) +
+                          shapes());
     if (options.num_threads < 0)
-        throw ConfigError(function + ": num_threads must be >= 0, got " + std::to_string(options.num_threads));
+        throw ConfigError(function + ": num_threads must be >= 0, got " + std::to_string(options.num_threads) +
+                          shapes());
     p.is_causal = options.is_causal;
     p.alignment = options.alignment;
     const Index br = static_cast<Index>(p.batch_shape.size());
@@ -166,15 +169,15 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
             throw MaskError(p.function + ": query row " + std::to_string(r.first_empty_row) + " of batch index " +
                             p.batch_index_string(b) + " has no allowed key (Tq=" + std::to_string(p.Tq) +
                             ", Tk=" + std::to_string(p.Tk) + (p.is_causal ? std::string(", causal ") + to_string(p.alignment) : std::string()) +
-                            (p.allowed_mask ? ", allowed_mask " + to_string(p.allowed_mask->shape()) : std::string()) +
-                            "); choose EmptyRowPolicy::Zero or ::Nan to allow empty rows");
+                            "; " + p.shapes + "); choose EmptyRowPolicy::Zero or ::Nan to allow empty rows");
         }
     }
     if (!options.check_finite) return all;
     const auto fail = [&](const char* name, const Shape& shape, Index b, Index row, Index col, double value) {
         throw ValueError(p.function + ": " + name + " " + to_string(shape) + " holds " + std::to_string(value) +
                          " at batch index " + p.batch_index_string(b) + ", row " + std::to_string(row) + ", column " +
-                         std::to_string(col) + ", a position some query reads (disable check_finite to allow it)");
+                         std::to_string(col) + ", a position some query reads (" + p.shapes +
+                         "; disable check_finite to allow it)");
     };
     for (Index b = 0; b < p.batch; ++b) {
         const Readability& r = all[static_cast<std::size_t>(b)];

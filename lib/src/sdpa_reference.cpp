@@ -19,9 +19,11 @@ void write_empty_row(EmptyRowPolicy policy, T* output_row, Index Dv, T* weights_
     if (weights_row) std::fill_n(weights_row, Tk, fill);
 }
 
-void throw_overflow(const std::string& function, const char* what, const std::string& batch_index, Index row) {
+void throw_overflow(const std::string& function, const char* what, const std::string& batch_index, Index row,
+                    const std::string& shapes) {
     throw ValueError(function + ": " + what + " overflowed at batch index " + batch_index + ", query row " +
-                     std::to_string(row) + " although every readable input is finite; scale the inputs down");
+                     std::to_string(row) + " although every readable input is finite" +
+                     (shapes.empty() ? std::string() : " (" + shapes + ")") + "; scale the inputs down");
 }
 
 int thread_count(const SdpaOptions& options) {
@@ -96,7 +98,7 @@ void sdpa_reference(const SdpaProblem<T>& p, const std::vector<Readability>& rea
                     continue;
                 }
                 if (options.check_finite && !std::isfinite(row[c]))
-                    throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i);
+                    throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i, p.shapes);
                 row_max = std::max(row_max, row[c]);
             }
             T sum = 0;
@@ -136,7 +138,7 @@ void sdpa_reference(const SdpaProblem<T>& p, const std::vector<Readability>& rea
             } else if (options.check_finite) {
                 for (Index d = 0; d < Dv; ++d)
                     if (!std::isfinite(out[i * Dv + d]))
-                        throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i);
+                        throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i, p.shapes);
             }
         }
     });

@@ -13,8 +13,11 @@ std::string to_string(std::span<const Index> shape) {
 }
 
 Index numel(std::span<const Index> shape) {
+    // Sizes come from files and fuzzers too: a product that wraps would size a buffer too small.
     Index n = 1;
-    for (Index s : shape) n *= s;
+    for (Index s : shape)
+        if (__builtin_mul_overflow(n, s, &n))
+            throw ShapeError("numel: shape " + to_string(shape) + " has more elements than int64 can count");
     return n;
 }
 
@@ -23,7 +26,8 @@ Shape contiguous_strides(std::span<const Index> shape) {
     Index acc = 1;
     for (std::size_t d = shape.size(); d-- > 0;) {
         strides[d] = acc;
-        acc *= std::max<Index>(shape[d], 1);
+        if (__builtin_mul_overflow(acc, std::max<Index>(shape[d], 1), &acc))
+            throw ShapeError("contiguous_strides: strides of shape " + to_string(shape) + " overflow int64");
     }
     return strides;
 }

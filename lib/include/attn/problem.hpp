@@ -15,6 +15,7 @@ namespace attn {
 template <class T>
 struct SdpaProblem {
     std::string function;  // for messages: "sdpa", "mha", "oracle.sdpa", ...
+    std::string shapes;    // for messages: "q [..], k [..], v [..], allowed_mask [..]" as the caller passed them
     Shape batch_shape;
     Index batch = 1;  // numel(batch_shape)
     Index Tq = 0, Tk = 0, Dk = 0, Dv = 0;

@@ -24,7 +24,7 @@ using Shape = std::vector<Index>;
 std::string to_string(std::span<const Index> shape);
 inline std::string to_string(const Shape& shape) { return to_string(std::span<const Index>(shape)); }
 
-// Product of the extents (1 for rank 0).
+// Product of the extents (1 for rank 0); ShapeError when it does not fit int64.
 Index numel(std::span<const Index> shape);
 
 // Row-major (C order) strides, in elements.
@@ -161,7 +161,12 @@ public:
             throw ShapeError("Tensor: " + std::to_string(values.size()) + " values for shape " + to_string(shape_));
         std::copy(values.begin(), values.end(), data_.get());
     }
-    Tensor(const Tensor& o) : Tensor(o.shape_) { std::copy_n(o.data_.get(), size_, data_.get()); }
+    // A default-constructed tensor (no storage) copies to another one, not to a rank-0 tensor of one element.
+    Tensor(const Tensor& o) : shape_(o.shape_), size_(o.size_) {
+        if (!o.data_) return;
+        data_ = std::make_unique<T[]>(static_cast<std::size_t>(size_));
+        std::copy_n(o.data_.get(), size_, data_.get());
+    }
     Tensor& operator=(const Tensor& o) {
         if (this != &o) *this = Tensor(o);
         return *this;

@@ -1,0 +1,67 @@
+// make_sdpa_problem, readability and check_contracts: the validation every backend and the oracle share.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "attn/problem.hpp"
+#include "error_message.hpp"
+
+using namespace attn;
+using Catch::Contains;
+
+TEST_CASE("make_sdpa_problem resolves the broadcast batch shape, sizes and default scale", "[problem]") {
+    const Tensor<float> q({2, 1, 3, 4}), k({3, 5, 4}), v({1, 5, 6});
+    const auto p = make_sdpa_problem<float>("sdpa", q.view(), k.view(), v.view(), std::nullopt, {});
+    CHECK(p.batch_shape == Shape{2, 3});
+    CHECK(p.batch == 6);
+    CHECK(p.Tq == 3);
+    CHECK(p.Tk == 5);
+    CHECK(p.Dk == 4);
+    CHECK(p.Dv == 6);
+    CHECK(p.scale == 0.5);
+    CHECK(p.output_shape() == Shape{2, 3, 3, 6});
+    CHECK(p.weights_shape() == Shape{2, 3, 3, 5});
+    CHECK(p.batch_index_string(4) == "[1,1]");
+    CHECK(p.shapes == "q [2,1,3,4], k [3,5,4], v [1,5,6]");
+    // Batch element [1,2] reads q[1,0], k[2] and v[0].
+    CHECK(p.q_row(5, 0) == q.data() + 12);
+    CHECK(p.k_row(5, 1) == k.data() + 2 * 20 + 4);
+    CHECK(p.v_row(5, 0) == v.data());
+}
+
+TEST_CASE("readability marks the keys some query reads and the rows with no allowed key", "[problem]") {
+    const Tensor<double> q({4, 2}), k({3, 2}), v({3, 1});
+    SdpaOptions options;
+    options.is_causal = true;
+    options.alignment = CausalAlignment::BottomRight;  // Tq=4 > Tk=3: row 0 is empty, row i reads keys 0..i-1
+    const auto p = make_sdpa_problem<double>("sdpa", q.view(), k.view(), v.view(), std::nullopt, options);
+    const Readability r = readability(p, 0);
+    CHECK(r.first_empty_row == 0);
+    CHECK(r.row_nonempty == std::vector<char>{0, 1, 1, 1});
+    CHECK(r.key_readable == std::vector<char>{1, 1, 1});
+    // With an explicit mask that never allows key 1, key 1 is unreadable.
+    const Tensor<bool> allowed({3}, {true, false, true});
+    options.is_causal = false;
+    const auto pm = make_sdpa_problem<double>("sdpa", q.view(), k.view(), v.view(), allowed.view(), options);
+    const Readability rm = readability(pm, 0);
+    CHECK(rm.first_empty_row == -1);
+    CHECK(rm.key_readable == std::vector<char>{1, 0, 1});
+    CHECK_FALSE(pm.allowed(0, 2, 1));
+    CHECK(pm.allowed(0, 2, 2));
+}
+
+TEST_CASE("check_contracts looks for NaN/Inf only where some query reads", "[problem]") {
+    Tensor<float> q({2, 2}, {1, 2, 3, 4}), k({3, 2}), v({3, 1});
+    const Tensor<bool> allowed({3}, {true, true, false});
+    k({2, 0}) = std::numeric_limits<float>::quiet_NaN();  // key 2 is never read
+    v({2, 0}) = std::numeric_limits<float>::infinity();
+    const auto p = make_sdpa_problem<float>("sdpa", q.view(), k.view(), v.view(), allowed.view(), {});
+    CHECK(check_contracts(p, {}).size() == 1);
+    v({1, 0}) = std::numeric_limits<float>::infinity();  // key 1 is read
+    const std::string m = test::error_message<ValueError>([&] { check_contracts(p, {}); });
+    CHECK_THAT(m, Contains("sdpa") && Contains("v [3,1]") && Contains("row 1") && Contains("inf"));
+    SdpaOptions unchecked;
+    unchecked.check_finite = false;
+    CHECK_NOTHROW(check_contracts(p, unchecked));
+}

@@ -1,0 +1,145 @@
+// `attn sdpa` end to end: the course module's worked example from .npy files, and its errors (stderr, exit code 2).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "attn/attn.hpp"
+#include "npy.hpp"
+
+using namespace attn;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A scratch directory per test process, removed at the end of each test case.
+struct Scratch {
+    fs::path dir = fs::temp_directory_path() / ("attn_sdpa_command_test_" + std::to_string(::getpid()));
+    Scratch() { fs::create_directories(dir); }
+    ~Scratch() { fs::remove_all(dir); }
+    std::string operator/(const std::string& name) const { return (dir / name).string(); }
+};
+
+struct Run {
+    int exit_code;
+    std::string stderr_text;
+};
+
+// Runs the built `attn` (its path comes from the build system) with `args`; stderr is captured.
+Run run_attn(const Scratch& scratch, const std::string& args) {
+    const std::string err_path = scratch / "stderr.txt";
+    const std::string command = std::string("'") + ATTN_CLI_PATH + "' " + args + " 2>'" + err_path + "'";
+    const int status = std::system(command.c_str());
+    REQUIRE(status != -1);
+    REQUIRE(WIFEXITED(status));
+    std::ifstream in(err_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return {WEXITSTATUS(status), text.str()};
+}
+
+// The course module's Part 2 inputs: q (1,3,4), k (1,3,4), v (1,3,2).
+template <class T>
+void write_worked_example(const Scratch& scratch) {
+    npy::write_file<T>(scratch / "q.npy", Tensor<T>({1, 3, 4}, {1, 0, 1, 0, 0, 1, 0, 1, 1, 1, 0, 0}).view());
+    npy::write_file<T>(scratch / "k.npy", Tensor<T>({1, 3, 4}, {1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0}).view());
+    npy::write_file<T>(scratch / "v.npy", Tensor<T>({1, 3, 2}, {10, 0, 0, 10, 5, 5}).view());
+}
+
+std::string worked_example_args(const Scratch& scratch) {
+    return "sdpa --q '" + (scratch / "q.npy") + "' --k '" + (scratch / "k.npy") + "' --v '" + (scratch / "v.npy") +
+           "' --out '" + (scratch / "out.npy") + "'";
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("attn sdpa reproduces the course module's worked example from .npy files", "[cli][example]", float,
+                   double) {
+    const Scratch scratch;
+    write_worked_example<TestType>(scratch);
+    const Run run = run_attn(scratch, worked_example_args(scratch) + " --backend reference --weights '" +
+                                          (scratch / "w.npy") + "'");
+    INFO(run.stderr_text);
+    REQUIRE(run.exit_code == 0);
+    // The output dtype follows the inputs.
+    const auto output = npy::to_tensor<TestType>(npy::read_file(scratch / "out.npy"), "out.npy");
+    const auto weights = npy::to_tensor<TestType>(npy::read_file(scratch / "w.npy"), "w.npy");
+    REQUIRE(output.shape() == Shape{1, 3, 2});
+    REQUIRE(weights.shape() == Shape{1, 3, 3});
+    // The module's figures are printed to 4 decimals, hence the 1e-4 margin.
+    const double expected_weights[] = {0.3837, 0.2327, 0.3837, 0.2327, 0.3837, 0.3837, 0.2741, 0.2741, 0.4519};
+    const double expected_output[] = {5.7548, 4.2452, 4.2452, 5.7548, 5.0, 5.0};
+    for (Index i = 0; i < 9; ++i) CHECK(static_cast<double>(weights[i]) == Approx(expected_weights[i]).margin(1e-4));
+    for (Index i = 0; i < 6; ++i) CHECK(static_cast<double>(output[i]) == Approx(expected_output[i]).margin(1e-4));
+}
+
+TEST_CASE("attn sdpa applies the allowed mask, causal rule and empty-row policy it is given", "[cli]") {
+    const Scratch scratch;
+    write_worked_example<float>(scratch);
+    // Query 0 may read no key: an error under the default policy, zeros under --empty-rows zero.
+    npy::write_file<bool>(scratch / "m.npy",
+                          Tensor<bool>({3, 3}, {false, false, false, true, true, false, true, true, true}).view());
+    const std::string masked = worked_example_args(scratch) + " --allowed-mask '" + (scratch / "m.npy") + "'";
+    const Run thrown = run_attn(scratch, masked);
+    CHECK(thrown.exit_code == 2);
+    CHECK(thrown.stderr_text.find("query row 0") != std::string::npos);
+    const Run zero = run_attn(scratch, masked + " --empty-rows zero --causal top-left --scale 0.5");
+    INFO(zero.stderr_text);
+    REQUIRE(zero.exit_code == 0);
+    const auto output = npy::to_tensor<float>(npy::read_file(scratch / "out.npy"), "out.npy");
+    CHECK(output[0] == 0.0f);
+    CHECK(output[1] == 0.0f);
+    // Query 1 reads keys 0 and 1 (mask and causal agree) with logits 0.5 * (0, 1): weights (1, e^0.5) / (1 + e^0.5).
+    const double w1 = std::exp(0.5) / (1.0 + std::exp(0.5));
+    CHECK(static_cast<double>(output[2]) == Approx(10.0 * (1.0 - w1)).epsilon(1e-6));
+    CHECK(static_cast<double>(output[3]) == Approx(10.0 * w1).epsilon(1e-6));
+}
+
+TEST_CASE("attn sdpa reports bad input on stderr with exit code 2", "[cli][errors]") {
+    const Scratch scratch;
+    write_worked_example<float>(scratch);
+    SECTION("q, k and v of different dtypes") {
+        npy::write_file<double>(scratch / "v.npy", Tensor<double>({1, 3, 2}).view());
+        const Run run = run_attn(scratch, worked_example_args(scratch));
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("q, k and v must share a dtype") != std::string::npos);
+        CHECK(run.stderr_text.find("v (" + (scratch / "v.npy") + ") is float64 [1,3,2]") != std::string::npos);
+    }
+    SECTION("a missing input file") {
+        fs::remove(scratch / "k.npy");
+        const Run run = run_attn(scratch, worked_example_args(scratch));
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find(scratch / "k.npy") != std::string::npos);
+    }
+    SECTION("a truncated input file") {
+        fs::resize_file(scratch / "q.npy", fs::file_size(scratch / "q.npy") - 4);  // the last float32 cut off
+        const Run run = run_attn(scratch, worked_example_args(scratch));
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("(truncated)") != std::string::npos);
+    }
+    SECTION("a mask that is not bool") {
+        npy::write_file<float>(scratch / "m.npy", Tensor<float>({3, 3}).view());
+        const Run run = run_attn(scratch, worked_example_args(scratch) + " --allowed-mask '" + (scratch / "m.npy") + "'");
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("must be bool") != std::string::npos);
+    }
+    SECTION("shapes the library rejects") {
+        npy::write_file<float>(scratch / "k.npy", Tensor<float>({1, 3, 5}).view());
+        const Run run = run_attn(scratch, worked_example_args(scratch));
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("q has Dk=4 but k has Dk=5") != std::string::npos);
+    }
+    SECTION("an option value outside its set") {
+        const Run run = run_attn(scratch, worked_example_args(scratch) + " --causal sideways");
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("--causal") != std::string::npos);
+    }
+}
