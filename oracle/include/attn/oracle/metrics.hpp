@@ -7,8 +7,9 @@
 
 namespace attn::oracle {
 
-// ULP distance between a computed T and an exact value: +0 == -0; NaN matches only an expected NaN (distance 0),
-// otherwise infinite; an Inf or sign mismatch is infinite.
+// ULP distance between a computed T and an exact value, in ulps of T at the exact value (the spacing of T's
+// binade containing it; the subnormal spacing below the normal range): +0 == -0; NaN matches only an expected NaN
+// (distance 0), otherwise infinite; an Inf or sign mismatch (both nonzero, opposite signs) is infinite.
 template <class T>
 double ulp_distance(T computed, long double exact);
 
@@ -17,6 +18,8 @@ double ulp_distance(T computed, long double exact);
 struct Comparison {
     Index elements = 0;
     Index violations = 0;         // elements with error > bound (or a NaN/Inf mismatch)
+    Index unbounded = 0;          // elements whose bound is infinite (the model cannot bound them; see BOUNDS.md)
+    Index nonfinite_mismatches = 0;  // NaN where none was expected, a missing NaN, or a wrong/missing Inf
     double max_ulp = 0;
     double max_abs = 0;
     double max_rel = 0;           // relative to the condition-aware scale sum_k p_k |V_k|, not |o| (ulp near 0 explodes)
@@ -32,6 +35,7 @@ struct Comparison {
 // Compares a candidate output (same shape as the oracle's) against the oracle's exact output and bound.
 template <class T>
 Comparison compare_output(TensorView<const T> candidate, const Result<T>& oracle);
+// Weights: relative error is against |p| itself (a weight is its own scale).
 template <class T>
 Comparison compare_weights(TensorView<const T> candidate, const Result<T>& oracle);
 

@@ -9,12 +9,15 @@
 
 namespace attn::oracle {
 
-// How an implementation computes, as far as its rounding errors are concerned. Enters the bound.
+// How an implementation computes, as far as its rounding errors are concerned. Enters the bound; the derivation
+// and the meaning of every field are in oracle/BOUNDS.md.
 struct ErrorModel {
     std::string name = "generic";  // "generic", "reference", "tiled", ...
     double exp_ulps = 4.0;         // max error of the implementation's exp, in ulps of the result
     Index rescalings = -1;         // online-softmax rescalings per row (one per key block); -1 = unknown, assume Tk
     bool scale_folded_into_q = true;  // the scale may be applied to q before the dot product (one more rounding)
+    Index key_block = 0;           // when rescalings == -1 and key_block > 0: ceil(Tk / key_block) rescalings
+    Index scale_roundings = 3;     // roundings between SdpaProblem::scale (a double) and the factor the kernel uses
 };
 
 // A conservative model for a kernel whose structure is unknown (any summation order, folded scale, rescaling
@@ -23,9 +26,17 @@ ErrorModel generic_model();
 // The library's backends, as documented in lib/ (reference: BLIS dot products, scale after, glibc exp).
 ErrorModel reference_model();
 ErrorModel tiled_model(Index key_block);
+// "generic", "reference" or "tiled" (tiled with the given key block); ConfigError otherwise.
+ErrorModel model_by_name(const std::string& name, Index key_block = 64);
+
+// Rescalings the model assumes for a row of Tk keys.
+Index effective_rescalings(const ErrorModel& model, Index Tk);
 
 struct OracleOptions {
-    int bits = 0;  // working precision in bits; 0 = the default for the target dtype
+    // Working precision in bits; 0 = the default (113 bits, with error-free double-double dot products and
+    // weighted sums). Any other value selects the plain multiprecision path at the next supported precision
+    // (114, 261 or 516 bits).
+    int bits = 0;
     ErrorModel model = generic_model();
 };
 
@@ -39,13 +50,31 @@ struct Result {
     Tensor<double> output_scale;      // per element: sum_k p_k |V_k|, the condition-aware scale for relative errors
     Tensor<long double> output_exact; // exact result to ~64 bits, for error measurement (no rounding to T)
     Tensor<long double> weights_exact;
+    // exact = output_exact + output_exact_lo to the working precision: long double alone (64 bits) would make
+    // the measured error of a double candidate uncertain by 2^-11 of its bound.
+    Tensor<long double> output_exact_lo;
+    Tensor<long double> weights_exact_lo;
+    // Max over elements of (rigorous bound on the oracle's own error) / (the bound it checks). The oracle throws
+    // rather than return a result where this exceeds 1e-6 (see max_oracle_error_ratio).
+    double oracle_error_ratio = 0;
+    int bits = 0;               // working precision used
+    ErrorModel model;           // the model the bounds were computed for
 };
 
+// The oracle's own error must stay below this fraction of every bound it reports.
+inline constexpr double max_oracle_error_ratio = 1e-6;
+
 // Same contracts as attn::scaled_dot_product_attention (validation, masks, causal alignments, empty-row policies,
-// unreachable positions ignored), computed from the exact inputs in high precision.
+// unreachable positions ignored), computed from the exact inputs in high precision. With check_finite off, a row
+// that reads a NaN or Inf comes out NaN (output and weights), with bound 0.
 template <class T>
 Result<T> scaled_dot_product_attention(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                                        std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options,
                                        const OracleOptions& oracle_options = {});
+
+// The one place a high-precision value (hi + lo, hi = the value rounded to nearest double, lo = the rest rounded
+// to double) is rounded to T, correctly (to nearest, ties to even), without double rounding.
+template <class T>
+T round_to(double hi, double lo);
 
 }  // namespace attn::oracle

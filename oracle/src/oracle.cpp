@@ -1,0 +1,152 @@
+// The oracle: error models, dispatch on the working precision, correct rounding to the target dtype.
+#include "attn/oracle/oracle.hpp"
+
+#include <boost/multiprecision/mpfr.hpp>
+#include <cmath>
+
+#include "attn/problem.hpp"
+#include "engine.hpp"
+#include "types.hpp"
+
+namespace attn::oracle {
+
+ErrorModel generic_model() {
+    ErrorModel m;
+    m.name = "generic";
+    m.exp_ulps = 4.0;
+    m.rescalings = -1;  // rescaling after every key
+    m.scale_folded_into_q = true;
+    m.key_block = 0;
+    m.scale_roundings = 3;  // e.g. 1/sqrt(Dk) computed in T (sqrt, divide) and a log2(e) factor for exp2
+    return m;
+}
+
+ErrorModel reference_model() {
+    ErrorModel m;
+    m.name = "reference";
+    // glibc's exp and expf (the reference's std::exp in T) are documented in their sources at below 0.52 ulp
+    // (sysdeps/ieee754/dbl-64/e_exp.c, flt-32/e_expf.c); 1 ulp leaves margin for other C libraries.
+    m.exp_ulps = 1.0;
+    m.rescalings = 0;              // materialised scores: one max, one exp per key, one sum
+    m.scale_folded_into_q = false;  // BLIS applies the scale as gemm's alpha, after the dot product
+    m.key_block = 0;
+    m.scale_roundings = 1;  // static_cast<T>(scale)
+    return m;
+}
+
+ErrorModel tiled_model(Index key_block) {
+    if (key_block <= 0)
+        throw ConfigError("oracle.tiled_model: key_block must be positive, got " + std::to_string(key_block));
+    ErrorModel m;
+    m.name = "tiled";
+    m.exp_ulps = 1.0;  // Highway's Exp: "Max Error: ULP = 1" (hwy/contrib/math/math-inl.h)
+    m.rescalings = -1;
+    m.key_block = key_block;  // one rescaling per key block
+    m.scale_folded_into_q = true;
+    m.scale_roundings = 2;  // static_cast<T>(scale), possibly times log2(e)
+    return m;
+}
+
+ErrorModel model_by_name(const std::string& name, Index key_block) {
+    if (name == "generic") return generic_model();
+    if (name == "reference") return reference_model();
+    if (name == "tiled") return tiled_model(key_block);
+    throw ConfigError("oracle: unknown error model '" + name + "' (generic, reference or tiled)");
+}
+
+Index effective_rescalings(const ErrorModel& model, Index Tk) {
+    if (model.rescalings >= 0) return model.rescalings;
+    if (model.key_block > 0) return (Tk + model.key_block - 1) / model.key_block;
+    return Tk;
+}
+
+template <>
+double round_to<double>(double hi, double /*lo*/) {
+    return hi;  // hi is already the value rounded to nearest double
+}
+
+template <>
+float round_to<float>(double hi, double lo) {
+    // Rounding hi (= RN(x)) to float is RN(x) except when hi is exactly halfway between two floats: a midpoint
+    // is itself a double, so no other midpoint can lie between x and hi. Then lo decides.
+    const float f = static_cast<float>(hi);
+    if (!std::isfinite(f) || static_cast<double>(f) == hi || lo == 0) return f;
+    const float other = std::nextafter(f, hi > static_cast<double>(f) ? INFINITY : -INFINITY);
+    if (!std::isfinite(other)) return f;
+    const double mid = (static_cast<double>(f) + static_cast<double>(other)) / 2;  // exact
+    if (hi != mid) return f;
+    const bool want_larger = lo > 0;
+    return (other > f) == want_larger ? other : f;
+}
+
+namespace {
+
+template <class Real, class T>
+void solve(const SdpaProblem<T>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
+           const ErrorModel& model, bool fast, Result<T>& result) {
+    detail::Engine<Real, T> engine(p, readable, options, model, fast, std::numeric_limits<Real>::digits, result);
+    engine.run();
+    result.bits = std::numeric_limits<Real>::digits;
+}
+
+}  // namespace
+
+template <class T>
+Result<T> solve_with_backend(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+                             std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options,
+                             const OracleOptions& oracle_options, detail::Backend backend) {
+    const SdpaProblem<T> p = make_sdpa_problem<T>("oracle.sdpa", q, k, v, allowed_mask, options);
+    const std::vector<Readability> readable = check_contracts(p, options);
+    if (oracle_options.bits < 0 || oracle_options.bits > 516)
+        throw ConfigError("oracle.sdpa: bits must be in [0, 516] (0 = default), got " + std::to_string(oracle_options.bits));
+    if (!(oracle_options.model.exp_ulps >= 0) || oracle_options.model.scale_roundings < 0)
+        throw ConfigError("oracle.sdpa: error model '" + oracle_options.model.name + "' has a negative exp_ulps or scale_roundings");
+    Result<T> r;
+    r.output = Tensor<T>(p.output_shape());
+    r.weights = Tensor<T>(p.weights_shape());
+    r.output_bound = Tensor<double>(p.output_shape());
+    r.weights_bound = Tensor<double>(p.weights_shape());
+    r.output_scale = Tensor<double>(p.output_shape());
+    r.output_exact = Tensor<long double>(p.output_shape());
+    r.weights_exact = Tensor<long double>(p.weights_shape());
+    r.output_exact_lo = Tensor<long double>(p.output_shape());
+    r.weights_exact_lo = Tensor<long double>(p.weights_shape());
+    r.model = oracle_options.model;
+    const int bits = oracle_options.bits;
+    const bool fast = bits == 0;
+    if (backend == detail::Backend::CppBinFloat) {
+        if (bits == 0 || bits <= 113) solve<detail::BinFloat113, T>(p, readable, options, r.model, fast, r);
+        else solve<detail::BinFloat256, T>(p, readable, options, r.model, false, r);
+    } else {
+        if (bits <= 114) solve<detail::Mpfr114, T>(p, readable, options, r.model, fast, r);
+        else if (bits <= 261) solve<detail::Mpfr261, T>(p, readable, options, r.model, false, r);
+        else solve<detail::Mpfr516, T>(p, readable, options, r.model, false, r);
+    }
+    if (r.oracle_error_ratio > max_oracle_error_ratio)
+        throw Error("oracle.sdpa: the oracle's own error reaches " + std::to_string(r.oracle_error_ratio) +
+                    " of a bound (limit 1e-6) at " + std::to_string(r.bits) + " bits; raise --bits");
+    return r;
+}
+
+template <class T>
+Result<T> scaled_dot_product_attention(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+                                       std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options,
+                                       const OracleOptions& oracle_options) {
+    return solve_with_backend<T>(q, k, v, allowed_mask, options, oracle_options, detail::Backend::Mpfr);
+}
+
+template Result<float> scaled_dot_product_attention<float>(TensorView<const float>, TensorView<const float>,
+                                                           TensorView<const float>, std::optional<TensorView<const bool>>,
+                                                           const SdpaOptions&, const OracleOptions&);
+template Result<double> scaled_dot_product_attention<double>(TensorView<const double>, TensorView<const double>,
+                                                             TensorView<const double>,
+                                                             std::optional<TensorView<const bool>>, const SdpaOptions&,
+                                                             const OracleOptions&);
+template Result<float> solve_with_backend<float>(TensorView<const float>, TensorView<const float>, TensorView<const float>,
+                                                 std::optional<TensorView<const bool>>, const SdpaOptions&,
+                                                 const OracleOptions&, detail::Backend);
+template Result<double> solve_with_backend<double>(TensorView<const double>, TensorView<const double>,
+                                                   TensorView<const double>, std::optional<TensorView<const bool>>,
+                                                   const SdpaOptions&, const OracleOptions&, detail::Backend);
+
+}  // namespace attn::oracle

@@ -1,0 +1,207 @@
+// The oracle's self-check sweep (see attn/oracle/sweep.hpp): shapes and values weighted towards the hard cases.
+#include "attn/oracle/sweep.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+namespace attn::oracle {
+
+std::string SweepStats::summary() const {
+    char buf[768];
+    std::snprintf(buf, sizeof buf,
+                  "%s: %lld cases (%lld skipped), %lld over the bound, output tightness worst %.3g median %.3g, "
+                  "weights tightness worst %.3g median %.3g, unbounded elements %lld, oracle self-error <= %.2g of "
+                  "the bound; worst case %s",
+                  dtype.c_str(), static_cast<long long>(cases), static_cast<long long>(skipped),
+                  static_cast<long long>(violations), worst_tightness, median_tightness, worst_weights_tightness,
+                  median_weights_tightness, static_cast<long long>(unbounded_elements), max_oracle_error_ratio,
+                  worst_case.c_str());
+    return buf;
+}
+
+namespace {
+
+// The sweep's RNG: small, seeded, and the same sequence on every run with the same standard library.
+using Rng = std::mt19937_64;
+
+Index pick(Rng& rng, Index lo, Index hi) { return std::uniform_int_distribution<Index>(lo, hi)(rng); }
+double uniform(Rng& rng, double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }
+
+struct Case {
+    Index B = 1, Tq = 1, Tk = 1, Dk = 1, Dv = 1;
+    std::string values, masking;
+    SdpaOptions options;
+};
+
+// value kinds: every tensor entry of q, k, v is drawn by one of these.
+enum class Values { Normal, Integers, LargeLogits, NearTies, WideV, WideAll };
+
+template <class T>
+void fill(Rng& rng, std::vector<T>& x, Values kind, double magnitude) {
+    std::normal_distribution<double> normal(0.0, 1.0);
+    for (T& e : x) {
+        switch (kind) {
+            case Values::Integers: e = static_cast<T>(pick(rng, -3, 3)); break;
+            case Values::WideAll: {
+                // |e| in 10^[-15, 15] so logits stay finite in float; v is filled separately.
+                const double sign = pick(rng, 0, 1) ? 1.0 : -1.0;
+                e = static_cast<T>(sign * std::pow(10.0, uniform(rng, -15, 15)));
+                break;
+            }
+            default: e = static_cast<T>(magnitude * normal(rng)); break;
+        }
+    }
+}
+
+template <class T>
+Case make_case(Rng& rng, bool adversarial, std::vector<T>& q, std::vector<T>& k, std::vector<T>& v,
+               std::vector<char>& allowed, bool& has_mask) {
+    Case c;
+    const Index shape_kind = pick(rng, 0, 99);
+    if (shape_kind < 45 || !adversarial) {  // small: where rounding errors are few and the bound is tightest
+        c.B = pick(rng, 1, 2), c.Tq = pick(rng, 1, 6), c.Tk = pick(rng, 1, 6), c.Dk = pick(rng, 1, 8), c.Dv = pick(rng, 1, 4);
+    } else if (shape_kind < 75) {
+        c.Tq = pick(rng, 1, 32), c.Tk = pick(rng, 1, 64), c.Dk = pick(rng, 1, 64), c.Dv = pick(rng, 1, 16);
+    } else if (shape_kind < 87) {  // long rows
+        c.Tq = pick(rng, 1, 2), c.Tk = pick(rng, 512, 4096), c.Dk = pick(rng, 1, 32), c.Dv = pick(rng, 1, 3);
+    } else if (shape_kind < 97) {  // deep dot products
+        c.Tq = pick(rng, 1, 3), c.Tk = pick(rng, 1, 48), c.Dk = pick(rng, 256, 1024), c.Dv = pick(rng, 1, 3);
+    } else {  // both at once
+        c.Tq = 1, c.Tk = 4096, c.Dk = 1024, c.Dv = 1;
+    }
+    Values kind = Values::Normal;
+    double magnitude = 1.0;
+    const Index value_kind = adversarial ? pick(rng, 0, 9) : 0;
+    switch (value_kind) {
+        case 0: case 1: case 2: kind = Values::Normal; c.values = "normal"; break;
+        case 3: kind = Values::Integers; c.values = "integers"; break;
+        case 4: case 5: {
+            // q and k of size m: logits ~ m^2 sqrt(Dk) / sqrt(Dk) = m^2, up to 1e4.
+            kind = Values::LargeLogits;
+            const double logit = std::pow(10.0, uniform(rng, 0, 4));
+            magnitude = std::sqrt(logit);
+            char buf[48];
+            std::snprintf(buf, sizeof buf, "logits~%.3g", logit);
+            c.values = buf;
+            break;
+        }
+        case 6: case 7: kind = Values::NearTies; c.values = "near-ties"; break;
+        case 8: kind = Values::WideV; c.values = "v-1e-30..1e30"; break;
+        default: kind = Values::WideAll; c.values = "all-wide"; break;
+    }
+    q.resize(static_cast<std::size_t>(c.B * c.Tq * c.Dk));
+    k.resize(static_cast<std::size_t>(c.B * c.Tk * c.Dk));
+    v.resize(static_cast<std::size_t>(c.B * c.Tk * c.Dv));
+    fill(rng, q, kind, magnitude);
+    fill(rng, k, kind, magnitude);
+    fill(rng, v, kind == Values::WideAll ? Values::Normal : kind, 1.0);
+    if (kind == Values::NearTies) {
+        // Every key row is the first one plus a relative perturbation of 2^-20 .. 2^-50: logits tie to a few ulps.
+        const double rel = std::ldexp(1.0, -static_cast<int>(pick(rng, 20, 50)));
+        std::normal_distribution<double> normal(0.0, 1.0);
+        for (Index b = 0; b < c.B; ++b)
+            for (Index j = 1; j < c.Tk; ++j)
+                for (Index d = 0; d < c.Dk; ++d) {
+                    const double k0 = static_cast<double>(k[(b * c.Tk) * c.Dk + d]);
+                    k[(b * c.Tk + j) * c.Dk + d] = static_cast<T>(k0 * (1 + rel * normal(rng)));
+                }
+    }
+    if (kind == Values::WideV || kind == Values::WideAll) {
+        for (T& e : v) {
+            const double sign = pick(rng, 0, 1) ? 1.0 : -1.0;
+            e = static_cast<T>(sign * std::pow(10.0, uniform(rng, -30, 30)));
+        }
+    }
+    // Masks: none, causal (both alignments), or random with empty rows allowed (EmptyRowPolicy::Zero).
+    has_mask = false;
+    const Index mask_kind = pick(rng, 0, 9);
+    c.masking = "none";
+    if (mask_kind == 7 || mask_kind == 8) {
+        c.options.is_causal = true;
+        c.options.alignment = mask_kind == 7 ? CausalAlignment::TopLeft : CausalAlignment::BottomRight;
+        c.options.empty_rows = EmptyRowPolicy::Zero;
+        c.masking = mask_kind == 7 ? "causal-tl" : "causal-br";
+    } else if (mask_kind == 9) {
+        has_mask = true;
+        allowed.resize(static_cast<std::size_t>(c.B * c.Tq * c.Tk));
+        const double density = uniform(rng, 0.1, 1.0);
+        for (char& a : allowed) a = uniform(rng, 0, 1) < density;
+        c.options.empty_rows = EmptyRowPolicy::Zero;
+        c.masking = "random";
+    }
+    c.options.return_weights = true;
+    return c;
+}
+
+double median(std::vector<double> x) {
+    if (x.empty()) return 0;
+    std::sort(x.begin(), x.end());
+    const std::size_t n = x.size();
+    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+}
+
+}  // namespace
+
+template <class T>
+SweepStats sweep(const SweepOptions& so) {
+    SweepStats st;
+    st.dtype = std::is_same_v<T, float> ? "float" : "double";
+    Rng rng(so.seed + (std::is_same_v<T, float> ? 0 : 1));
+    std::vector<double> tight_out, tight_w;
+    std::vector<T> q, k, v;
+    std::vector<char> allowed_chars;
+    for (Index n = 0; n < so.cases; ++n) {
+        bool has_mask = false;
+        Case c = make_case<T>(rng, so.adversarial, q, k, v, allowed_chars, has_mask);
+        c.options.backend = so.backend;
+        char cfg[256];
+        std::snprintf(cfg, sizeof cfg, "sdpa(B=%lld,Tq=%lld,Tk=%lld,Dk=%lld,Dv=%lld,values=%s,mask=%s,impl=%s,dtype=%s)",
+                      static_cast<long long>(c.B), static_cast<long long>(c.Tq), static_cast<long long>(c.Tk),
+                      static_cast<long long>(c.Dk), static_cast<long long>(c.Dv), c.values.c_str(), c.masking.c_str(),
+                      to_string(so.backend), st.dtype.c_str());
+        const TensorView<const T> qv(q.data(), {c.B, c.Tq, c.Dk}), kv(k.data(), {c.B, c.Tk, c.Dk}),
+            vv(v.data(), {c.B, c.Tk, c.Dv});
+        Tensor<bool> allowed_mask({c.B, c.Tq, c.Tk});
+        for (Index e = 0; e < allowed_mask.numel() && has_mask; ++e) allowed_mask[e] = allowed_chars[static_cast<std::size_t>(e)];
+        std::optional<TensorView<const bool>> am;
+        if (has_mask) am = allowed_mask.view();
+        SdpaResult<T> computed;
+        try {
+            computed = attn::scaled_dot_product_attention(qv, kv, vv, am, c.options);
+        } catch (const ValueError&) {
+            ++st.skipped;  // e.g. a logit or the output overflowed T: documented refusal, nothing to compare
+            continue;
+        }
+        OracleOptions oo;
+        oo.model = so.model;
+        const Result<T> exact = scaled_dot_product_attention<T>(qv, kv, vv, am, c.options, oo);
+        const Comparison out = compare_output<T>(computed.output.view(), exact);
+        const Comparison w = compare_weights<T>(computed.weights->view(), exact);
+        ++st.cases;
+        tight_out.push_back(out.max_tightness);
+        tight_w.push_back(w.max_tightness);
+        st.unbounded_elements += out.unbounded + w.unbounded;
+        st.max_oracle_error_ratio = std::max(st.max_oracle_error_ratio, exact.oracle_error_ratio);
+        if (!out.pass() || !w.pass()) {
+            if (st.violations == 0)
+                st.first_violation = std::string(cfg) + ": output " + out.summary() + "; weights " + w.summary();
+            ++st.violations;
+        }
+        if (out.max_tightness >= st.worst_tightness) {
+            st.worst_tightness = out.max_tightness;
+            st.worst_case = cfg;
+            st.worst_summary = out.summary();
+        }
+        st.worst_weights_tightness = std::max(st.worst_weights_tightness, w.max_tightness);
+    }
+    st.median_tightness = median(tight_out);
+    st.median_weights_tightness = median(tight_w);
+    return st;
+}
+
+template SweepStats sweep<float>(const SweepOptions&);
+template SweepStats sweep<double>(const SweepOptions&);
+
+}  // namespace attn::oracle

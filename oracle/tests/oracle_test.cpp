@@ -1,0 +1,295 @@
+// The oracle's self-checks: worked example, closed forms, precision agreement, contracts, metrics, and the
+// reference backend against the bound over a short random and adversarial sweep.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "attn/oracle/metrics.hpp"
+#include "attn/oracle/oracle.hpp"
+#include "attn/oracle/sweep.hpp"
+#include "attn/problem.hpp"
+
+using attn::Index;
+using attn::Shape;
+using attn::Tensor;
+using attn::TensorView;
+namespace oracle = attn::oracle;
+
+namespace {
+
+// exact = output_exact + output_exact_lo, in long double (enough for the closed forms below).
+template <class T>
+long double exact_output(const oracle::Result<T>& r, Index flat) {
+    return r.output_exact[flat] + r.output_exact_lo[flat];
+}
+
+template <class T>
+Tensor<T> random_tensor(Shape shape, std::mt19937_64& rng, double scale = 1.0) {
+    Tensor<T> t(std::move(shape));
+    std::normal_distribution<double> normal(0.0, scale);
+    for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(normal(rng));
+    return t;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("the course module's worked example comes out right", "[oracle]", float, double) {
+    using T = TestType;
+    // q (B=1, Tq=3, Dk=4), k (1, Tk=3, 4), v (1, 3, Dv=2): seed/attention-from-scratch.txt, Part 2.
+    const Tensor<T> q({1, 3, 4}, {1, 0, 1, 0, 0, 1, 0, 1, 1, 1, 0, 0});
+    const Tensor<T> k({1, 3, 4}, {1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0});
+    const Tensor<T> v({1, 3, 2}, {10, 0, 0, 10, 5, 5});
+    const auto r = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, {});
+    const double weights[9] = {0.3837, 0.2327, 0.3837, 0.2327, 0.3837, 0.3837, 0.2741, 0.2741, 0.4519};
+    const double output[6] = {5.7548, 4.2452, 4.2452, 5.7548, 5.0, 5.0};
+    for (Index i = 0; i < 9; ++i) CHECK(std::fabs(static_cast<double>(r.weights_exact[i]) - weights[i]) <= 0.5e-4);
+    for (Index i = 0; i < 6; ++i) CHECK(std::fabs(static_cast<double>(r.output_exact[i]) - output[i]) <= 0.5e-4);
+    // Closed forms behind the printed digits: row 0 has logits (1/2, 0, 1/2), so w = e^(1/2) / (2 e^(1/2) + 1).
+    const long double e = std::exp(0.5L);
+    CHECK(std::fabs(r.weights_exact[0] + r.weights_exact_lo[0] - e / (2 * e + 1)) <= 1e-18L);
+    // Row 2 is symmetric in the first two keys and v's third row is their mean: the output is exactly (5, 5).
+    CHECK(std::fabs(exact_output(r, 4) - 5) <= 1e-25L);
+    CHECK(r.output({0, 2, 0}) == T(5));
+    CHECK(r.oracle_error_ratio <= oracle::max_oracle_error_ratio);
+}
+
+TEMPLATE_TEST_CASE("closed forms: equal logits give the mean of v, a dominant logit its v row, Tk = 1 gives v",
+                   "[oracle]", float, double) {
+    using T = TestType;
+    std::mt19937_64 rng(1);
+    SECTION("all logits equal -> mean of the v rows") {
+        const Index Tk = 7, Dv = 5;
+        const Tensor<T> q({3, 4}, T(0));  // q = 0: every logit is 0
+        const Tensor<T> k = random_tensor<T>({Tk, 4}, rng);
+        const Tensor<T> v = random_tensor<T>({Tk, Dv}, rng);
+        const auto r = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, {});
+        for (Index i = 0; i < 3; ++i)
+            for (Index c = 0; c < Dv; ++c) {
+                long double mean = 0;
+                for (Index j = 0; j < Tk; ++j) mean += static_cast<long double>(v({j, c}));
+                mean /= Tk;
+                CHECK(std::fabs(exact_output(r, i * Dv + c) - mean) <= 1e-17L * (1 + std::fabs(mean)));
+            }
+    }
+    SECTION("one dominant logit -> that v row") {
+        // logit of key 2 is 1e4 * scale above the others: the other weights are below e^-1000.
+        Tensor<T> q({1, 2}, {T(100), T(0)});
+        Tensor<T> k({4, 2}, {0, 1, 0, 1, 100, 0, 0, 1});
+        const Tensor<T> v = random_tensor<T>({4, 3}, rng);
+        const auto r = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, {});
+        for (Index c = 0; c < 3; ++c) {
+            CHECK(exact_output(r, c) == static_cast<long double>(v({2, c})));
+            CHECK(r.output({0, c}) == v({2, c}));
+        }
+        CHECK(r.weights({0, 2}) == T(1));
+        CHECK(r.weights({0, 0}) == T(0));
+    }
+    SECTION("Tk = 1 -> v, exactly") {
+        const Tensor<T> q = random_tensor<T>({2, 5, 3}, rng);
+        const Tensor<T> k = random_tensor<T>({2, 1, 3}, rng);
+        const Tensor<T> v = random_tensor<T>({2, 1, 4}, rng);
+        const auto r = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, {});
+        for (Index b = 0; b < 2; ++b)
+            for (Index i = 0; i < 5; ++i)
+                for (Index c = 0; c < 4; ++c) {
+                    CHECK(r.output({b, i, c}) == v({b, 0, c}));
+                    CHECK(r.output_exact_lo[(b * 5 + i) * 4 + c] == 0);
+                }
+    }
+}
+
+TEMPLATE_TEST_CASE("two precisions agree far beyond what float64 needs", "[oracle]", float, double) {
+    using T = TestType;
+    std::mt19937_64 rng(2);
+    // Large logits and a wide range of v: the hard case for the working precision.
+    const Tensor<T> q = random_tensor<T>({2, 6, 16}, rng, 8.0);
+    const Tensor<T> k = random_tensor<T>({2, 9, 16}, rng, 8.0);
+    Tensor<T> v = random_tensor<T>({2, 9, 5}, rng);
+    for (Index i = 0; i < v.numel(); i += 3) v[i] *= T(1e20);
+    oracle::OracleOptions fast, wide, widest;
+    wide.bits = 261;
+    widest.bits = 516;
+    const auto r0 = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, {}, fast);
+    const auto r1 = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, {}, wide);
+    const auto r2 = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, {}, widest);
+    CHECK(r0.bits == 114);
+    CHECK(r1.bits == 261);
+    CHECK(r2.bits == 516);
+    double worst_fast = 0, worst_wide = 0;
+    for (Index e = 0; e < r0.output.numel(); ++e) {
+        // Relative to the condition-aware scale; float64's unit roundoff is 1.1e-16.
+        // (hi - hi') is exact for close values, so the difference is resolved to ~2^-128.
+        const auto diff = [&](const oracle::Result<T>& a) {
+            return std::fabs((a.output_exact[e] - r2.output_exact[e]) + (a.output_exact_lo[e] - r2.output_exact_lo[e]));
+        };
+        const long double s = r2.output_scale[e];
+        worst_fast = std::max(worst_fast, static_cast<double>(diff(r0) / s));
+        worst_wide = std::max(worst_wide, static_cast<double>(diff(r1) / s));
+        CHECK(r0.output[e] == r2.output[e]);  // the same correctly rounded answer
+    }
+    std::cout << "precision agreement (" << (std::is_same_v<T, float> ? "float" : "double")
+              << "): 114-bit fast path vs 516 bits " << worst_fast << ", 261 vs 516 bits " << worst_wide
+              << " (relative to sum p|v|; stored to ~2^-128)\n";
+    CHECK(worst_fast <= 1e-27);  // float64 needs 1e-16; the fast path's dot products carry ~2^-100
+    CHECK(worst_wide <= 1e-60);
+}
+
+TEST_CASE("round_to<float> rounds correctly where a conversion through double would round twice", "[oracle]") {
+    // 1 + 2^-24 is exactly halfway between the floats 1 and 1 + 2^-23: the rest decides.
+    const double mid = 1.0 + 0x1p-24;
+    CHECK(oracle::round_to<float>(mid, 0x1p-80) == 1.0f + 0x1p-23f);
+    CHECK(oracle::round_to<float>(mid, -0x1p-80) == 1.0f);
+    CHECK(oracle::round_to<float>(mid, 0) == 1.0f);  // a true tie goes to even
+    CHECK(oracle::round_to<float>(-mid, -0x1p-80) == -(1.0f + 0x1p-23f));
+    CHECK(oracle::round_to<double>(mid, 0x1p-80) == mid);
+}
+
+TEST_CASE("the oracle applies the library's contracts", "[oracle]") {
+    std::mt19937_64 rng(3);
+    const Tensor<double> q = random_tensor<double>({2, 3, 4}, rng);
+    const Tensor<double> k = random_tensor<double>({2, 5, 4}, rng);
+    Tensor<double> v = random_tensor<double>({2, 5, 2}, rng);
+
+    SECTION("bad shapes throw ShapeError naming oracle.sdpa") {
+        const Tensor<double> k_bad = random_tensor<double>({2, 5, 3}, rng);
+        CHECK_THROWS_WITH(oracle::scaled_dot_product_attention<double>(q, k_bad, v, std::nullopt, {}),
+                          Catch::Contains("oracle.sdpa") && Catch::Contains("Dk=4"));
+    }
+    SECTION("causal alignments match the library's rule, weights are zero where blocked") {
+        for (auto alignment : {attn::CausalAlignment::TopLeft, attn::CausalAlignment::BottomRight}) {
+            attn::SdpaOptions options;
+            options.is_causal = true;
+            options.alignment = alignment;
+            options.empty_rows = attn::EmptyRowPolicy::Zero;
+            const auto r = oracle::scaled_dot_product_attention<double>(q, k, v, std::nullopt, options);
+            for (Index b = 0; b < 2; ++b)
+                for (Index i = 0; i < 3; ++i)
+                    for (Index j = 0; j < 5; ++j) {
+                        const bool allowed = attn::causal_allows(i, j, 3, 5, alignment);
+                        CHECK((r.weights({b, i, j}) > 0) == allowed);
+                    }
+        }
+    }
+    SECTION("empty rows: Throw names the row, Zero gives zeros, Nan gives NaN") {
+        Tensor<bool> allowed({3, 5}, true);
+        for (Index j = 0; j < 5; ++j) allowed({1, j}) = false;
+        attn::SdpaOptions options;
+        CHECK_THROWS_AS(oracle::scaled_dot_product_attention<double>(q, k, v, allowed.view(), options), attn::MaskError);
+        options.empty_rows = attn::EmptyRowPolicy::Zero;
+        const auto z = oracle::scaled_dot_product_attention<double>(q, k, v, allowed.view(), options);
+        CHECK(z.output({0, 1, 0}) == 0);
+        CHECK(z.output_bound[2] == 0);
+        options.empty_rows = attn::EmptyRowPolicy::Nan;
+        const auto n = oracle::scaled_dot_product_attention<double>(q, k, v, allowed.view(), options);
+        CHECK(std::isnan(n.output({1, 1, 1})));
+        CHECK(std::isnan(n.weights({0, 1, 4})));
+        CHECK(!std::isnan(n.output({0, 0, 0})));
+    }
+    SECTION("values nobody may read never matter, not even NaN") {
+        Tensor<bool> allowed({1, 5}, true);
+        allowed({0, 4}) = false;  // key 4 is padding for every query
+        const auto clean = oracle::scaled_dot_product_attention<double>(q, k, v, allowed.view(), {});
+        v({0, 4, 0}) = std::numeric_limits<double>::quiet_NaN();
+        v({1, 4, 1}) = std::numeric_limits<double>::infinity();
+        const auto dirty = oracle::scaled_dot_product_attention<double>(q, k, v, allowed.view(), {});
+        for (Index e = 0; e < clean.output.numel(); ++e) CHECK(clean.output[e] == dirty.output[e]);
+    }
+    SECTION("a broadcast mask equals the expanded one") {
+        Tensor<bool> row({5}, true);
+        row({2}) = false;
+        Tensor<bool> expanded({2, 3, 5}, true);
+        for (Index b = 0; b < 2; ++b)
+            for (Index i = 0; i < 3; ++i) expanded({b, i, 2}) = false;
+        const auto a = oracle::scaled_dot_product_attention<double>(q, k, v, row.view(), {});
+        const auto e = oracle::scaled_dot_product_attention<double>(q, k, v, expanded.view(), {});
+        for (Index x = 0; x < a.output.numel(); ++x) CHECK(a.output_exact[x] == e.output_exact[x]);
+    }
+    SECTION("with check_finite off, a NaN a query reads comes out NaN") {
+        Tensor<double> q2 = Tensor<double>::copy_of(q.view());
+        q2({1, 2, 0}) = std::numeric_limits<double>::quiet_NaN();
+        attn::SdpaOptions options;
+        CHECK_THROWS_AS(oracle::scaled_dot_product_attention<double>(q2, k, v, std::nullopt, options), attn::ValueError);
+        options.check_finite = false;
+        const auto r = oracle::scaled_dot_product_attention<double>(q2, k, v, std::nullopt, options);
+        CHECK(std::isnan(r.output({1, 2, 0})));
+        CHECK(!std::isnan(r.output({1, 1, 0})));
+    }
+}
+
+TEST_CASE("ulp_distance: +0 == -0, NaN only matches NaN, Inf and sign mismatches are infinite", "[oracle][metrics]") {
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    CHECK(oracle::ulp_distance<float>(-0.0f, 0.0L) == 0);
+    CHECK(oracle::ulp_distance<float>(nan, static_cast<long double>(nan)) == 0);
+    CHECK(oracle::ulp_distance<float>(nan, 1.0L) == inf);
+    CHECK(oracle::ulp_distance<float>(1.0f, static_cast<long double>(nan)) == inf);
+    CHECK(oracle::ulp_distance<float>(std::numeric_limits<float>::infinity(), 1e30L) == inf);
+    CHECK(oracle::ulp_distance<float>(-1e-30f, 1e-30L) == inf);
+    CHECK(oracle::ulp_distance<float>(1.0f + 0x1p-23f, 1.0L) == Approx(1.0));
+    CHECK(oracle::ulp_distance<double>(1.0, 1.0L + 0x1p-53L) == Approx(0.5));
+    // Below the normal range the spacing is the subnormal one, not ulp(0) = 0.
+    CHECK(oracle::ulp_distance<float>(0x1p-149f, 0.0L) == Approx(1.0));
+}
+
+TEMPLATE_TEST_CASE("compare_output passes the library's output and names an element moved just past its bound",
+                   "[oracle][metrics]", float, double) {
+    using T = TestType;
+    std::mt19937_64 rng(4);
+    const Tensor<T> q = random_tensor<T>({2, 4, 8}, rng);
+    const Tensor<T> k = random_tensor<T>({2, 6, 8}, rng);
+    const Tensor<T> v = random_tensor<T>({2, 6, 3}, rng);
+    attn::SdpaOptions options;
+    options.backend = attn::Backend::Reference;
+    options.return_weights = true;
+    const auto computed = attn::scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+    oracle::OracleOptions oo;
+    oo.model = oracle::reference_model();
+    const auto r = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, options, oo);
+    const auto ok = oracle::compare_output<T>(computed.output.view(), r);
+    INFO(ok.summary());
+    CHECK(ok.pass());
+    CHECK(ok.worst_flat >= 0);
+    CHECK(ok.max_tightness > 0);  // a real comparison, not an all-exact accident
+    CHECK(oracle::compare_weights<T>(computed.weights->view(), r).pass());
+
+    // Move element (1, 2, 1) to the first T beyond exact + bound.
+    Tensor<T> moved = Tensor<T>::copy_of(computed.output.view());
+    const Index flat = (1 * 4 + 2) * 3 + 1;
+    const long double target = r.output_exact[flat] + r.output_exact_lo[flat] + r.output_bound[flat];
+    T x = static_cast<T>(target);
+    while (static_cast<long double>(x) <= target) x = std::nextafter(x, std::numeric_limits<T>::infinity());
+    moved[flat] = x;
+    const auto bad = oracle::compare_output<T>(moved.view(), r);
+    INFO(bad.summary());
+    CHECK(!bad.pass());
+    CHECK(bad.violations == 1);
+    CHECK(bad.worst_index == Shape{1, 2, 1});
+    CHECK(bad.max_tightness > 1);
+    // Just past: by less than one step of T beyond the bound.
+    const double step = static_cast<double>(x - std::nextafter(x, T(0)));
+    CHECK(bad.max_tightness <= 1 + step / r.output_bound[flat]);
+
+    // A NaN where none is expected fails whatever the bound.
+    moved[flat] = std::numeric_limits<T>::quiet_NaN();
+    CHECK(oracle::compare_output<T>(moved.view(), r).nonfinite_mismatches == 1);
+}
+
+TEMPLATE_TEST_CASE("the reference backend never violates its bound, and the bound is not vacuous",
+                   "[oracle][sweep]", float, double) {
+    using T = TestType;
+    oracle::SweepOptions options;
+    options.cases = 60;  // a few seconds; the slow test and `attn oracle-sweep` run longer sweeps
+    const oracle::SweepStats st = oracle::sweep<T>(options);
+    std::cout << "sweep " << st.summary() << "\n  worst: " << st.worst_summary << "\n";
+    INFO(st.summary());
+    INFO(st.first_violation);
+    CHECK(st.violations == 0);
+    CHECK(st.cases >= 50);
+    CHECK(st.worst_tightness >= 1e-2);  // a bound 100x too loose would fail here
+    CHECK(st.max_oracle_error_ratio <= oracle::max_oracle_error_ratio);
+    CHECK(st.unbounded_elements == 0);
+}
