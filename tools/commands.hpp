@@ -20,4 +20,7 @@ Action add_sdpa_command(CLI::App& app);
 // `attn fuzz`: libFuzzer runs, corpus merge, crash minimisation, smoke runs, mutants (commands_fuzz.cpp).
 Action add_fuzz_command(CLI::App& app);
 
+// `attn mha`: multi-head attention on .npy files, PyTorch parameter layouts (commands_mha.cpp).
+Action add_mha_command(CLI::App& app);
+
 }  // namespace attn::cli

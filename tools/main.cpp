@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
     const std::vector<attn::cli::Action> actions = {
         attn::cli::add_run_commands(app),
         attn::cli::add_sdpa_command(app),
+        attn::cli::add_mha_command(app),
         attn::cli::add_fuzz_command(app),
     };
     try {

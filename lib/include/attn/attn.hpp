@@ -3,6 +3,7 @@
 
 #include "attn/error.hpp"
 #include "attn/mask.hpp"
+#include "attn/mha.hpp"
 #include "attn/problem.hpp"
 #include "attn/sdpa.hpp"
 #include "attn/tensor.hpp"
