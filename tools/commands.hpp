@@ -15,6 +15,9 @@ inline constexpr int not_mine = -1;
 // `attn test` and `attn verify`: the suite and the main job (commands_run.cpp).
 Action add_run_commands(CLI::App& app);
 
+// `attn properties`, `attn mutants` and `attn search`: the property suite (commands_properties.cpp).
+Action add_properties_commands(CLI::App& app);
+
 // `attn sdpa`: scaled dot-product attention on .npy files (commands_sdpa.cpp).
 Action add_sdpa_command(CLI::App& app);
 // `attn fuzz`: libFuzzer runs, corpus merge, crash minimisation, smoke runs, mutants (commands_fuzz.cpp).

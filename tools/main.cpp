@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
     // One line per command family; each action answers not_mine unless its subcommand was parsed.
     const std::vector<attn::cli::Action> actions = {
         attn::cli::add_run_commands(app),
+        attn::cli::add_properties_commands(app),
         attn::cli::add_sdpa_command(app),
         attn::cli::add_mha_command(app),
         attn::cli::add_fuzz_command(app),

@@ -16,6 +16,12 @@ template <class T>
 void sdpa_reference(const SdpaProblem<T>& problem, const std::vector<Readability>& readable, const SdpaOptions& options,
                     T* output, T* weights);
 
+// FlashAttention-style: output only (never a Tq x Tk matrix, so no weights), same contracts as sdpa_reference.
+// Block sizes and rounding structure: attn/tiled.hpp.
+template <class T>
+void sdpa_tiled(const SdpaProblem<T>& problem, const std::vector<Readability>& readable, const SdpaOptions& options,
+                T* output);
+
 // Output row (Dv) and weights row (Tk, may be null) of a query with no allowed key: 0 under Zero, NaN under Nan.
 template <class T>
 void write_empty_row(EmptyRowPolicy policy, T* output_row, Index Dv, T* weights_row, Index Tk);

@@ -2,6 +2,7 @@
 #include "attn/sdpa.hpp"
 
 #include "attn/problem.hpp"
+#include "attn/tiled.hpp"
 #include "backends.hpp"
 
 namespace attn {
@@ -26,6 +27,17 @@ const char* to_string(Backend backend) {
 
 namespace {
 
+// Backend::Auto picks `tiled` from this many scores per batch element (Tq * Tk) on: one full query block by one
+// full key block. Below it the work per batch element is a few tiles and the simpler `reference` costs about the
+// same. Weights requested => `reference`, the only backend that materialises them.
+constexpr Index auto_tiled_min_scores = tiled_query_block * tiled_key_block;
+
+Backend resolve(Backend requested, const SdpaOptions& options, Index Tq, Index Tk) {
+    if (options.return_weights) return Backend::Reference;  // tiled never forms the (Tq, Tk) weights
+    if (requested != Backend::Auto) return requested;
+    return Tq * Tk >= auto_tiled_min_scores ? Backend::Tiled : Backend::Reference;
+}
+
 template <class T>
 SdpaResult<T> sdpa(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                    std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
@@ -34,13 +46,14 @@ SdpaResult<T> sdpa(TensorView<const T> q, TensorView<const T> k, TensorView<cons
     SdpaResult<T> result{Tensor<T>(problem.output_shape()), std::nullopt};
     if (options.return_weights) result.weights = Tensor<T>(problem.weights_shape());
     T* weights = result.weights ? result.weights->data() : nullptr;
-    switch (options.backend) {
+    switch (resolve(options.backend, options, problem.Tq, problem.Tk)) {
         case Backend::Auto:
         case Backend::Reference:
             detail::sdpa_reference(problem, readable, options, result.output.data(), weights);
             break;
         case Backend::Tiled:
-            throw ConfigError("sdpa: backend 'tiled' is not available in this build");
+            detail::sdpa_tiled(problem, readable, options, result.output.data());
+            break;
     }
     return result;
 }

@@ -17,9 +17,9 @@ enum class EmptyRowPolicy {
 };
 
 enum class Backend {
-    Auto,       // the library picks (reference for small shapes)
+    Auto,       // the library picks: tiled when Tq * Tk >= 128 * 256 and no weights are asked for, else reference
     Reference,  // materialises scores per (batch, head) with BLIS gemm; clear before fast
-    Tiled,      // online softmax over key blocks, never a Tq x Tk matrix
+    Tiled,      // online softmax over key blocks, never a Tq x Tk matrix (return_weights: reference runs instead)
 };
 
 const char* to_string(EmptyRowPolicy policy);

@@ -1,0 +1,41 @@
+// attn/tiled.hpp: the structure of the `tiled` backend that its rounding errors depend on, for error models.
+#pragma once
+
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+// How backend `tiled` computes softmax(scale * q k^T) v, as far as rounding is concerned. The oracle's
+// ErrorModel for this backend is built from these numbers (oracle::tiled_model).
+//
+// Per (batch element, block of query_block query rows), the readable keys (those some query may read, gathered
+// in ascending order) are visited in blocks of key_block keys, blocks starting at readable key 0:
+//   1. s (rows, key_block) = fl(scale * fl(q k^T))      BLIS gemm, scale applied as alpha after the dot product
+//   2. m_new = max(m, max_j s_j) over allowed keys      exact
+//   3. p_j = Exp(s_j - m_new)                           one rounding in the subtraction, exp within exp_max_ulps
+//   4. c = exp(m - m_new) (std::exp); l = c l + sum_j p_j; acc = c acc + p v   (one rescaling per key block)
+//   5. out = acc / l
+// The sum over a block in step 4 is lane-wise (lanes partial sums) then a tree over lanes; the product p v
+// is a BLIS gemm over the block's keys. Nothing depends on the thread count.
+struct TiledKernelInfo {
+    Index query_block;          // query rows per task
+    Index key_block;            // keys per online-softmax step
+    double exp_max_ulps;        // Highway Exp: max error in ulps of the result (its documented table)
+    bool scale_folded_into_q;   // false: the scale multiplies the rounded dot product, as in `reference`
+    // Online-softmax rescalings per row (at most one per key block the row visits): ceil(readable keys / key_block).
+    constexpr Index rescalings(Index readable_keys) const { return (readable_keys + key_block - 1) / key_block; }
+};
+
+// Highway's Exp (hwy/contrib/math/math-inl.h): "Max Error: ULP = 1" on float32[-FLT_MAX, +104],
+// float64[-DBL_MAX, +706]; the kernel only evaluates it on arguments <= 0 (and at -inf, where it gives 0).
+inline constexpr double tiled_exp_max_ulps = 1.0;
+
+// Block sizes. Query block: the q block (128 x Dk) and the accumulator (128 x Dv) stay in L1/L2 for Dk, Dv <= 128;
+// key block: the score block s (128 x 256 floats = 128 KiB, 256 KiB for double) stays in the 1 MiB L2 together
+// with the k and v blocks (256 x D each) it is computed from.
+inline constexpr Index tiled_query_block = 128;
+inline constexpr Index tiled_key_block = 256;
+
+inline constexpr TiledKernelInfo tiled_kernel_info{tiled_query_block, tiled_key_block, tiled_exp_max_ulps, false};
+
+}  // namespace attn

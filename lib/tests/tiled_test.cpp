@@ -1,0 +1,344 @@
+// Backend `tiled` against `reference`: random shapes, masks, policies, unreadable NaN rows, thread counts.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/tiled.hpp"
+
+using namespace attn;
+
+namespace {
+
+// Small seeded generator so every run sees the same cases (Catch's --rng-seed only orders the tests).
+struct Rng {
+    std::mt19937_64 gen;
+    explicit Rng(std::uint64_t seed) : gen(seed) {}
+    Index uniform(Index lo, Index hi) { return std::uniform_int_distribution<Index>(lo, hi)(gen); }
+    double normal() { return std::normal_distribution<double>(0.0, 1.0)(gen); }
+    bool bernoulli(double p) { return std::bernoulli_distribution(p)(gen); }
+    template <class V>
+    V pick(const std::vector<V>& xs) { return xs[static_cast<std::size_t>(uniform(0, Index(xs.size()) - 1))]; }
+};
+
+template <class T>
+Tensor<T> random_tensor(Rng& rng, const Shape& shape) {
+    Tensor<T> t(shape);
+    for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(rng.normal());
+    return t;
+}
+
+// Unit roundoff of T and Higham's gamma_n = n u / (1 - n u).
+template <class T>
+double unit_roundoff() { return std::ldexp(1.0, -std::numeric_limits<T>::digits); }
+template <class T>
+double gamma(double n) { return n * unit_roundoff<T>() / (1.0 - n * unit_roundoff<T>()); }
+
+// Bound on |tiled - reference| for output element (b, i, d), derived for any implementation that
+//   (a) forms each logit s_j = scale * q_i . k_j with a length-Dk dot product and one scaling (BLIS gemm, any
+//       summation order): |ds_j| <= gamma(Dk + 1) * scale * sum_d |q_id k_jd| =: E_j  (Higham, Thm 3.5);
+//   (b) evaluates p_j = exp(s_j - m) with one rounded subtraction (relative u |s_j - m|) and an exp within
+//       `ulps` ulps (relative error <= 2 ulps u);
+//   (c) forms l = sum_j p_j and a = sum_j p_j v_j, possibly in blocks with up to `blocks` rescalings by a
+//       factor exp(m_old - m_new) (std::exp, < 1 ulp) and one multiply each: every term passes through at most
+//       Tk additions plus 3 roundings per rescaling, relative gamma(Tk + 3 blocks) on the sum of |terms|;
+//   (d) divides once (u) -- reference normalises p before the product, which is the same count.
+// With eta = exp(2 max_j E_j + u max_j |s_j - m|) - 1 + 2 ulps u (relative perturbation of every p_j; the max
+// is exact, so s_j - m errs by at most 2 E), the ratio a / l of perturbed sums moves by at most
+// 2 eta / (1 - eta) * sum_j w_j |v_jd| (both sums perturbed relatively by eta), the sums add
+// 2 gamma(Tk + 3 blocks) * sum_j w_j |v_jd| (first order), and the division u |o|. Both implementations obey the
+// bound, so their difference obeys twice it. Evaluated in double from the inputs and the reference weights.
+template <class T>
+struct Bound {
+    const Tensor<T>& q;
+    const Tensor<T>& k;
+    const Tensor<T>& v;
+    double scale;
+    Index Tq, Tk, Dk, Dv;
+
+    // Per row: the logit error and range terms (eta), computed once for all Dv output elements.
+    struct Row {
+        double eta = 0;
+        bool empty = true;
+    };
+    Row row(const Tensor<T>& weights, Index b, Index i, bool k_broadcast) const {
+        const double u = unit_roundoff<T>();
+        const Index kb = k_broadcast ? 0 : b;
+        double max_e = 0, max_logit = -INFINITY, min_logit = INFINITY;
+        for (Index j = 0; j < Tk; ++j) {
+            if (weights[(b * Tq + i) * Tk + j] == 0) continue;  // blocked, or a zero term either way
+            double dot = 0, abs_dot = 0;
+            for (Index c = 0; c < Dk; ++c) {
+                const double x = q[(b * Tq + i) * Dk + c], y = k[(kb * Tk + j) * Dk + c];
+                dot += x * y;
+                abs_dot += std::abs(x * y);
+            }
+            max_e = std::max(max_e, gamma<T>(double(Dk + 1)) * scale * abs_dot);
+            max_logit = std::max(max_logit, scale * dot);
+            min_logit = std::min(min_logit, scale * dot);
+        }
+        if (max_logit == -INFINITY) return {};
+        return {std::expm1(2 * max_e + u * (max_logit - min_logit + 2 * max_e)) +
+                    2 * tiled_kernel_info.exp_max_ulps * u,
+                false};
+    }
+    // weights: the reference's (batch, Tq, Tk); out: the reference output (batch, Tq, Dv).
+    double at(const Row& r, const Tensor<T>& weights, const Tensor<T>& out, Index b, Index i, Index d,
+              bool k_broadcast) const {
+        if (r.empty) return 0;
+        const double u = unit_roundoff<T>();
+        const Index kb = k_broadcast ? 0 : b;
+        double wv = 0;
+        for (Index j = 0; j < Tk; ++j) {
+            const double w = weights[(b * Tq + i) * Tk + j];
+            if (w != 0) wv += w * std::abs(double(v[(kb * Tk + j) * Dv + d]));  // unread v rows may hold NaN/Inf
+        }
+        const double blocks = double(tiled_kernel_info.rescalings(Tk));
+        const double per_impl =
+            (2 * r.eta / (1 - r.eta) + 2 * gamma<T>(double(Tk) + 3 * blocks)) * wv * (1 + 2 * u) +
+            u * std::abs(double(out[(b * Tq + i) * Dv + d]));
+        return 2 * per_impl;
+    }
+};
+
+struct Case {
+    Index B, H, Tq, Tk, Dk, Dv;
+    bool causal;
+    CausalAlignment alignment;
+    enum Masking { None, Padding, Random, Broadcast } masking;
+    bool k_broadcast;  // k and v shared across heads and batch (stride 0)
+    std::string str() const {
+        std::ostringstream s;
+        s << "sdpa(B=" << B << ",H=" << H << ",Tq=" << Tq << ",Tk=" << Tk << ",Dk=" << Dk << ",Dv=" << Dv
+          << ",mask=" << (causal ? (alignment == CausalAlignment::TopLeft ? "causal-tl" : "causal-br") : "none")
+          << "+" << (masking == None ? "none" : masking == Padding ? "padding" : masking == Random ? "random" : "broadcast")
+          << (k_broadcast ? ",kv=broadcast" : "") << ",impl=tiled)";
+        return s.str();
+    }
+};
+
+// Whether query i of flat batch element b may read key j (causal rule and the case's allowed mask).
+bool may_read(const Case& c, const std::optional<Tensor<bool>>& allowed, Index b, Index i, Index j) {
+    if (c.causal && !causal_allows(i, j, c.Tq, c.Tk, c.alignment)) return false;
+    switch (c.masking) {
+        case Case::None: return true;
+        case Case::Padding: return (*allowed)[(b / c.H) * c.Tk + j];
+        case Case::Random: return (*allowed)[(b * c.Tq + i) * c.Tk + j];
+        case Case::Broadcast: return (*allowed)[i * c.Tk + j];
+    }
+    return true;
+}
+
+// Runs one case on both backends and checks every element against the derived bound (NaN/zero rows exactly).
+template <class T>
+void check_case(Rng& rng, const Case& c, EmptyRowPolicy policy, bool nan_in_unread) {
+    INFO(c.str() << " policy=" << to_string(policy) << " dtype=" << (sizeof(T) == 4 ? "float" : "double"));
+    const Index batch = c.B * c.H;
+    Tensor<T> q = random_tensor<T>(rng, {c.B, c.H, c.Tq, c.Dk});
+    Tensor<T> k = random_tensor<T>(rng, c.k_broadcast ? Shape{1, 1, c.Tk, c.Dk} : Shape{c.B, c.H, c.Tk, c.Dk});
+    Tensor<T> v = random_tensor<T>(rng, c.k_broadcast ? Shape{1, 1, c.Tk, c.Dv} : Shape{c.B, c.H, c.Tk, c.Dv});
+    std::optional<Tensor<bool>> allowed;
+    if (c.masking == Case::Padding) {
+        // (B, 1, 1, Tk): the last keys of each batch element are padding (at least one real key).
+        allowed = Tensor<bool>({c.B, 1, 1, c.Tk}, false);
+        for (Index b = 0; b < c.B; ++b) {
+            const Index len = rng.uniform(1, c.Tk);
+            for (Index j = 0; j < len; ++j) (*allowed)[b * c.Tk + j] = true;
+        }
+    } else if (c.masking == Case::Random) {
+        allowed = Tensor<bool>({c.B, c.H, c.Tq, c.Tk});
+        const double p = rng.pick(std::vector<double>{0.05, 0.5, 0.95});
+        for (Index i = 0; i < allowed->numel(); ++i) (*allowed)[i] = rng.bernoulli(p);
+    } else if (c.masking == Case::Broadcast) {
+        allowed = Tensor<bool>({c.Tq, c.Tk});
+        for (Index i = 0; i < allowed->numel(); ++i) (*allowed)[i] = rng.bernoulli(0.7);
+    }
+    SdpaOptions options;
+    options.is_causal = c.causal;
+    options.alignment = c.alignment;
+    options.empty_rows = policy;
+    options.backend = Backend::Reference;
+    options.return_weights = true;
+    std::optional<TensorView<const bool>> mask_view;
+    if (allowed) mask_view = allowed->view();
+
+    SdpaResult<T> ref = [&] {
+        try {
+            return scaled_dot_product_attention(q.view(), k.view(), v.view(), mask_view, options);
+        } catch (const MaskError&) {
+            return SdpaResult<T>{Tensor<T>(), std::nullopt};  // empty row under Throw: tiled must throw too
+        }
+    }();
+    options.backend = Backend::Tiled;
+    options.return_weights = false;
+    if (!ref.weights) {
+        CHECK_THROWS_AS(scaled_dot_product_attention(q.view(), k.view(), v.view(), mask_view, options), MaskError);
+        return;
+    }
+    if (nan_in_unread) {
+        // Every key/value row no query may read becomes NaN: the output must not change by a bit.
+        const SdpaResult<T> clean = scaled_dot_product_attention(q.view(), k.view(), v.view(), mask_view, options);
+        const Index kv_batch = c.k_broadcast ? 1 : batch;
+        for (Index b = 0; b < kv_batch; ++b)
+            for (Index j = 0; j < c.Tk; ++j) {
+                bool read = false;
+                for (Index bb = c.k_broadcast ? 0 : b; bb < (c.k_broadcast ? batch : b + 1) && !read; ++bb)
+                    for (Index i = 0; i < c.Tq && !read; ++i) read = may_read(c, allowed, bb, i, j);
+                if (read) continue;
+                for (Index d = 0; d < c.Dk; ++d) k[(b * c.Tk + j) * c.Dk + d] = std::numeric_limits<T>::quiet_NaN();
+                for (Index d = 0; d < c.Dv; ++d) v[(b * c.Tk + j) * c.Dv + d] = std::numeric_limits<T>::infinity();
+            }
+        const SdpaResult<T> dirty = scaled_dot_product_attention(q.view(), k.view(), v.view(), mask_view, options);
+        for (Index e = 0; e < clean.output.numel(); ++e) {
+            const bool same = clean.output[e] == dirty.output[e] ||
+                              (std::isnan(clean.output[e]) && std::isnan(dirty.output[e]));
+            if (!same) FAIL("element " << e << ": " << clean.output[e] << " became " << dirty.output[e]);
+        }
+    }
+    const SdpaResult<T> tiled = scaled_dot_product_attention(q.view(), k.view(), v.view(), mask_view, options);
+    REQUIRE(tiled.output.shape() == ref.output.shape());
+    const Bound<T> bound{q, k, v, 1.0 / std::sqrt(double(c.Dk)), c.Tq, c.Tk, c.Dk, c.Dv};
+    double worst = 0;  // max error / bound, printed even when it passes
+    for (Index b = 0; b < batch; ++b)
+        for (Index i = 0; i < c.Tq; ++i) {
+            const auto row = bound.row(*ref.weights, b, i, c.k_broadcast);
+            for (Index d = 0; d < c.Dv; ++d) {
+                const Index e = (b * c.Tq + i) * c.Dv + d;
+                const double r = ref.output[e], t = tiled.output[e];
+                if (std::isnan(r) || std::isnan(t)) {
+                    if (std::isnan(r) != std::isnan(t)) FAIL("element " << e << ": reference " << r << ", tiled " << t);
+                    continue;
+                }
+                const double err = std::abs(t - r), bnd = bound.at(row, *ref.weights, ref.output, b, i, d, c.k_broadcast);
+                if (bnd == 0) {
+                    if (t != r) FAIL("element " << e << " of an empty row: reference " << r << ", tiled " << t);
+                    continue;
+                }
+                worst = std::max(worst, err / bnd);
+                if (!(err <= bnd)) FAIL("element " << e << ": |tiled - reference| = " << err << " > bound " << bnd);
+            }
+        }
+    CAPTURE(worst);
+    SUCCEED("max |tiled - reference| / bound = " << worst);
+}
+
+}  // namespace
+
+// One documented place for how many random cases each test runs (they stay under a few seconds in Release).
+constexpr int random_cases = 40;
+
+Case random_case(Rng& rng) {
+    // Edge sizes (1, block multiples and their neighbours) weighted against arbitrary ones.
+    const std::vector<Index> T_edges{1, 2, 127, 128, 129, 255, 256, 257, 300, 513};
+    const std::vector<Index> D_edges{1, 3, 16, 64, 80};
+    Case c;
+    c.B = rng.uniform(1, 2);
+    c.H = rng.uniform(1, 2);
+    c.Tq = rng.bernoulli(0.7) ? rng.pick(T_edges) : rng.uniform(1, 600);
+    c.Tk = rng.bernoulli(0.7) ? rng.pick(T_edges) : rng.uniform(1, 600);
+    c.Dk = rng.pick(D_edges);
+    c.Dv = rng.bernoulli(0.5) ? c.Dk : rng.pick(D_edges);
+    c.causal = rng.bernoulli(0.5);
+    c.alignment = rng.bernoulli(0.5) ? CausalAlignment::TopLeft : CausalAlignment::BottomRight;
+    c.masking = static_cast<Case::Masking>(rng.uniform(0, 3));
+    c.k_broadcast = rng.bernoulli(0.2);
+    return c;
+}
+
+TEMPLATE_TEST_CASE("tiled equals reference within the derived bound on random shapes, masks and policies",
+                   "[tiled]", float, double) {
+    Rng rng(sizeof(TestType) == 4 ? 7001 : 7002);
+    for (int n = 0; n < random_cases; ++n) {
+        const Case c = random_case(rng);
+        const EmptyRowPolicy policy = rng.pick(std::vector<EmptyRowPolicy>{
+            EmptyRowPolicy::Throw, EmptyRowPolicy::Zero, EmptyRowPolicy::Nan});
+        check_case<TestType>(rng, c, policy, rng.bernoulli(0.5));
+    }
+}
+
+TEMPLATE_TEST_CASE("tiled handles T=1, D=1, Tq != Tk, block edges and both causal alignments", "[tiled]", float,
+                   double) {
+    Rng rng(7100);
+    const std::vector<Case> cases{
+        {1, 1, 1, 1, 1, 1, false, CausalAlignment::TopLeft, Case::None, false},
+        {1, 1, 1, 1, 1, 1, true, CausalAlignment::BottomRight, Case::None, false},
+        {1, 2, 1, 513, 64, 64, true, CausalAlignment::BottomRight, Case::None, false},  // decode step
+        {1, 1, 513, 1, 1, 5, false, CausalAlignment::TopLeft, Case::None, false},
+        {2, 1, 300, 700, 16, 8, true, CausalAlignment::TopLeft, Case::None, false},
+        {2, 1, 300, 700, 16, 8, true, CausalAlignment::BottomRight, Case::None, false},
+        {1, 1, 700, 300, 16, 8, true, CausalAlignment::TopLeft, Case::Padding, false},
+        {1, 1, 700, 300, 16, 8, true, CausalAlignment::BottomRight, Case::None, false},  // first 400 rows empty
+        {1, 3, 256, 512, 64, 64, false, CausalAlignment::TopLeft, Case::Broadcast, true},
+        {1, 1, 129, 257, 1, 1, true, CausalAlignment::TopLeft, Case::Random, false},
+    };
+    for (const Case& c : cases)
+        for (EmptyRowPolicy policy : {EmptyRowPolicy::Throw, EmptyRowPolicy::Zero, EmptyRowPolicy::Nan})
+            check_case<TestType>(rng, c, policy, true);
+}
+
+TEMPLATE_TEST_CASE("tiled gives bitwise the same output on 1 and 2 threads", "[tiled][threads]", float, double) {
+    Rng rng(7200);
+    const Tensor<TestType> q = random_tensor<TestType>(rng, {2, 3, 300, 32});
+    const Tensor<TestType> k = random_tensor<TestType>(rng, {2, 3, 520, 32});
+    const Tensor<TestType> v = random_tensor<TestType>(rng, {2, 3, 520, 24});
+    for (bool causal : {false, true}) {
+        SdpaOptions options;
+        options.backend = Backend::Tiled;
+        options.is_causal = causal;
+        options.alignment = CausalAlignment::BottomRight;
+        options.num_threads = 1;
+        const auto one = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+        options.num_threads = 2;
+        const auto two = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+        options.num_threads = 3;  // more threads than cores, and a different split of the items
+        const auto three = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+        Index differing = 0;
+        for (Index e = 0; e < one.output.numel(); ++e)
+            differing += (one.output[e] != two.output[e]) + (one.output[e] != three.output[e]);
+        CHECK(differing == 0);
+    }
+}
+
+TEST_CASE("tiled reports an overflowing logit or output as a ValueError naming the row", "[tiled][errors]") {
+    // q k^T overflows float: 1e20 * 1e20 * Dk; every input is finite.
+    Tensor<float> q({1, 2, 4}, 1e20f), k({1, 3, 4}, 1e20f), v({1, 3, 2}, 1.0f);
+    SdpaOptions options;
+    options.backend = Backend::Tiled;
+    CHECK_THROWS_WITH(scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options),
+                      Catch::Contains("a logit (scale * q k^T) overflowed") && Catch::Contains("query row 0"));
+    // Finite weights but v near FLT_MAX: the weighted sum overflows.
+    Tensor<float> q2({1, 1, 4}, 0.0f), k2({1, 2, 4}, 0.0f), v2({1, 2, 2}, 3e38f);
+    CHECK_THROWS_WITH(scaled_dot_product_attention(q2.view(), k2.view(), v2.view(), std::nullopt, options),
+                      Catch::Contains("the output (weights @ v) overflowed"));
+}
+
+TEST_CASE("tiled leaves weights to reference and rejects empty rows under Throw", "[tiled][errors]") {
+    Rng rng(7300);
+    const Tensor<float> q = random_tensor<float>(rng, {1, 4, 8});
+    const Tensor<float> k = random_tensor<float>(rng, {1, 6, 8});
+    const Tensor<float> v = random_tensor<float>(rng, {1, 6, 8});
+    SdpaOptions options;
+    options.backend = Backend::Tiled;
+    options.return_weights = true;
+    const auto r = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+    REQUIRE(r.weights);
+    CHECK(r.weights->shape() == Shape{1, 4, 6});
+    options.return_weights = false;
+    const Tensor<bool> none({4, 6}, false);
+    CHECK_THROWS_AS(scaled_dot_product_attention(q.view(), k.view(), v.view(), none.view(), options), MaskError);
+}
+
+TEST_CASE("tiled's error-model description is the kernel's", "[tiled]") {
+    STATIC_REQUIRE(tiled_kernel_info.query_block == tiled_query_block);
+    STATIC_REQUIRE(tiled_kernel_info.key_block == tiled_key_block);
+    CHECK(tiled_kernel_info.rescalings(1) == 1);
+    CHECK(tiled_kernel_info.rescalings(tiled_key_block) == 1);
+    CHECK(tiled_kernel_info.rescalings(tiled_key_block + 1) == 2);
+    CHECK_FALSE(tiled_kernel_info.scale_folded_into_q);
+}

@@ -1,0 +1,262 @@
+// SdpaCase: config strings, the views implementations are called with, and exact JSON case files.
+#include "attn/suite/case.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "attn/error.hpp"
+
+namespace attn::suite {
+
+const char* to_string(Dtype dtype) { return dtype == Dtype::Float ? "float" : "double"; }
+
+std::string config_string(const SdpaCase& c, const std::string& impl) {
+    std::ostringstream s;
+    s << "sdpa(B=" << c.B << ",H=" << c.H << ",Tq=" << c.Tq << ",Tk=" << c.Tk << ",Dk=" << c.Dk << ",Dv=" << c.Dv
+      << ",mask=" << c.mask_kind;
+    if (c.allowed_mask) s << "-r" << c.allowed_mask->rank();
+    if (c.mask_stride0) s << "-stride0";
+    if (c.kv_heads != c.H) s << ",kv_heads=" << c.kv_heads;
+    s << ",dtype=" << to_string(c.dtype);
+    if (c.distribution != "normal") s << ",values=" << c.distribution;
+    if (c.options.scale) s << ",scale=" << *c.options.scale;
+    if (c.options.empty_rows != EmptyRowPolicy::Throw) s << ",empty_rows=" << to_string(c.options.empty_rows);
+    if (!c.options.check_finite) s << ",check_finite=off";
+    if (c.options.num_threads != 0) s << ",threads=" << c.options.num_threads;
+    s << ",impl=" << impl << ")";
+    return s.str();
+}
+
+Index mask_rank(const SdpaCase& c) {
+    if (!c.allowed_mask) return 0;
+    if (c.mask_stride0) return 4;
+    return c.allowed_mask->rank();
+}
+
+template <class T>
+Tensor<T> cast_tensor(const Tensor<double>& t) {
+    Tensor<T> r(t.shape());
+    for (Index i = 0; i < t.numel(); ++i) r[i] = static_cast<T>(t[i]);
+    return r;
+}
+
+template <class T>
+CaseInputs<T> make_inputs(const SdpaCase& c) {
+    if (c.kv_heads < 1 || c.H % c.kv_heads != 0)
+        throw ConfigError("suite case: kv_heads=" + std::to_string(c.kv_heads) + " does not divide H=" +
+                          std::to_string(c.H));
+    CaseInputs<T> in;
+    in.q = cast_tensor<T>(c.q);
+    in.k = cast_tensor<T>(c.k);
+    in.v = cast_tensor<T>(c.v);
+    const bool grouped = c.kv_heads > 1 && c.kv_heads < c.H;
+    const Index G = c.kv_heads, R = c.H / c.kv_heads;
+    if (!grouped) {
+        // q (B, H, Tq, Dk); k (B, kv_heads, Tk, Dk) with kv_heads in {1, H}: NumPy broadcasting over heads.
+        in.q_view = in.q.view();
+        in.k_view = in.k.view();
+        in.v_view = in.v.view();
+    } else {
+        // Grouped-query layout: q (B, G, R, Tq, Dk) (same memory); k, v (B, G, 1, Tk, D) broadcast over R.
+        in.q_view = TensorView<const T>(in.q.data(), {c.B, G, R, c.Tq, c.Dk});
+        in.k_view = TensorView<const T>(in.k.data(), {c.B, G, 1, c.Tk, c.Dk});
+        in.v_view = TensorView<const T>(in.v.data(), {c.B, G, 1, c.Tk, c.Dv});
+    }
+    if (c.allowed_mask) {
+        in.allowed_storage = *c.allowed_mask;
+        TensorView<const bool> m = in.allowed_storage->view();
+        if (c.mask_stride0) m = m.broadcast_to({c.B, c.H, c.Tq, c.Tk}, "suite case", "allowed_mask");
+        if (grouped) {
+            // Allowed mask (..., H or 1, Tq, Tk) -> (B or 1, G or 1, R or 1, Tq, Tk), keeping strides.
+            const TensorView<const bool> m4 = m.rank() == 4 ? m : m.broadcast_to({1, m.rank() == 3 ? m.dim(0) : 1,
+                                                                                  m.dim(-2), m.dim(-1)},
+                                                                                 "suite case", "allowed_mask");
+            const Index h = m4.dim(1);
+            const Shape shape = {m4.dim(0), h == 1 ? 1 : G, h == 1 ? 1 : R, m4.dim(2), m4.dim(3)};
+            const Shape strides = {m4.stride(0), h == 1 ? 0 : m4.stride(1) * R, h == 1 ? 0 : m4.stride(1),
+                                   m4.stride(2), m4.stride(3)};
+            m = TensorView<const bool>(m4.data(), shape, strides);
+        }
+        in.allowed_view = m;
+    }
+    return in;
+}
+
+template Tensor<float> cast_tensor<float>(const Tensor<double>&);
+template Tensor<double> cast_tensor<double>(const Tensor<double>&);
+template CaseInputs<float> make_inputs<float>(const SdpaCase&);
+template CaseInputs<double> make_inputs<double>(const SdpaCase&);
+
+void showValue(const SdpaCase& c, std::ostream& os) { os << config_string(c, "?"); }
+
+// ---- JSON --------------------------------------------------------------------------------------------------
+
+namespace {
+
+using nlohmann::json;
+
+// Every float is written as a C99 hex float ("0x1.8p+1"), exact for float and double; "nan", "inf", "-inf".
+std::string hex(double x) {
+    if (std::isnan(x)) return std::signbit(x) ? "-nan" : "nan";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%a", x);
+    return buf;
+}
+
+double unhex(const std::string& s, const std::string& origin) {
+    char* end = nullptr;
+    const double x = std::strtod(s.c_str(), &end);
+    if (end == s.c_str() || *end != '\0') throw IoError("case file " + origin + ": not a float: '" + s + "'");
+    return x;
+}
+
+json tensor_json(const Tensor<double>& t) {
+    json values = json::array();
+    for (Index i = 0; i < t.numel(); ++i) values.push_back(hex(t[i]));
+    return {{"shape", t.shape()}, {"values", values}};
+}
+
+Tensor<double> tensor_from(const json& j, const std::string& origin, const char* name) {
+    if (!j.contains(name)) throw IoError("case file " + origin + ": missing tensor '" + name + "'");
+    const json& t = j.at(name);
+    Tensor<double> r(t.at("shape").get<Shape>());
+    const json& values = t.at("values");
+    if (static_cast<Index>(values.size()) != r.numel())
+        throw IoError("case file " + origin + ": tensor '" + name + "' has " + std::to_string(values.size()) +
+                      " values for shape " + to_string(r.shape()));
+    for (Index i = 0; i < r.numel(); ++i) r[i] = unhex(values[static_cast<std::size_t>(i)].get<std::string>(), origin);
+    return r;
+}
+
+EmptyRowPolicy policy_from(const std::string& s, const std::string& origin) {
+    if (s == "throw") return EmptyRowPolicy::Throw;
+    if (s == "zero") return EmptyRowPolicy::Zero;
+    if (s == "nan") return EmptyRowPolicy::Nan;
+    throw IoError("case file " + origin + ": unknown empty_rows policy '" + s + "'");
+}
+
+}  // namespace
+
+std::string to_json(const CaseFile& f) {
+    const SdpaCase& c = f.sdpa;
+    json j;
+    j["format"] = "attn-case/1";
+    j["config"] = config_string(c, f.implementation);
+    j["property"] = f.property;
+    j["implementation"] = f.implementation;
+    j["expected"] = f.expected;
+    j["kills"] = f.kills;
+    j["note"] = f.note;
+    j["source"] = f.source;
+    j["dtype"] = to_string(c.dtype);
+    j["shape"] = {{"B", c.B}, {"H", c.H}, {"Tq", c.Tq}, {"Tk", c.Tk}, {"Dk", c.Dk}, {"Dv", c.Dv}, {"kv_heads", c.kv_heads}};
+    j["options"] = {{"scale", c.options.scale ? json(hex(*c.options.scale)) : json(nullptr)},
+                    {"is_causal", c.options.is_causal},
+                    {"alignment", attn::to_string(c.options.alignment)},
+                    {"empty_rows", attn::to_string(c.options.empty_rows)},
+                    {"check_finite", c.options.check_finite},
+                    {"num_threads", c.options.num_threads}};
+    json m = {{"kind", c.mask_kind}, {"stride0", c.mask_stride0}};
+    if (c.allowed_mask) {
+        std::string bits;
+        for (Index i = 0; i < c.allowed_mask->numel(); ++i) bits += (*c.allowed_mask)[i] ? '1' : '0';
+        m["shape"] = c.allowed_mask->shape();
+        m["allowed"] = bits;
+    }
+    j["mask"] = m;
+    j["distribution"] = c.distribution;
+    j["aux_seed"] = c.aux_seed;
+    json params = json::object();
+    for (const auto& [key, value] : c.params) params[key] = hex(value);
+    j["params"] = params;
+    j["q"] = tensor_json(c.q);
+    j["k"] = tensor_json(c.k);
+    j["v"] = tensor_json(c.v);
+    return j.dump(1);
+}
+
+CaseFile case_from_json(const std::string& text, const std::string& origin) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception& e) {
+        throw IoError("case file " + origin + ": " + e.what());
+    }
+    try {
+        if (j.value("format", "") != "attn-case/1")
+            throw IoError("case file " + origin + ": format must be \"attn-case/1\"");
+        CaseFile f;
+        f.property = j.at("property").get<std::string>();
+        f.implementation = j.at("implementation").get<std::string>();
+        f.expected = j.value("expected", "holds");
+        f.kills = j.value("kills", std::vector<std::string>{});
+        f.note = j.value("note", "");
+        f.source = j.value("source", "");
+        SdpaCase& c = f.sdpa;
+        const std::string dtype = j.at("dtype").get<std::string>();
+        if (dtype != "float" && dtype != "double") throw IoError("case file " + origin + ": dtype '" + dtype + "'");
+        c.dtype = dtype == "float" ? Dtype::Float : Dtype::Double;
+        const json& s = j.at("shape");
+        c.B = s.at("B"), c.H = s.at("H"), c.Tq = s.at("Tq"), c.Tk = s.at("Tk"), c.Dk = s.at("Dk"), c.Dv = s.at("Dv");
+        c.kv_heads = s.value("kv_heads", c.H);
+        const json& o = j.at("options");
+        if (!o.at("scale").is_null()) c.options.scale = unhex(o.at("scale").get<std::string>(), origin);
+        c.options.is_causal = o.at("is_causal");
+        c.options.alignment =
+            o.at("alignment").get<std::string>() == "bottom-right" ? CausalAlignment::BottomRight : CausalAlignment::TopLeft;
+        c.options.empty_rows = policy_from(o.at("empty_rows").get<std::string>(), origin);
+        c.options.check_finite = o.at("check_finite");
+        c.options.num_threads = o.value("num_threads", 0);
+        const json& m = j.at("mask");
+        c.mask_kind = m.at("kind").get<std::string>();
+        c.mask_stride0 = m.value("stride0", false);
+        if (m.contains("allowed")) {
+            Tensor<bool> a(m.at("shape").get<Shape>());
+            const std::string bits = m.at("allowed").get<std::string>();
+            if (static_cast<Index>(bits.size()) != a.numel())
+                throw IoError("case file " + origin + ": mask has " + std::to_string(bits.size()) + " bits for shape " +
+                              to_string(a.shape()));
+            for (Index i = 0; i < a.numel(); ++i) a[i] = bits[static_cast<std::size_t>(i)] == '1';
+            c.allowed_mask = std::move(a);
+        }
+        c.distribution = j.value("distribution", "normal");
+        c.aux_seed = j.value("aux_seed", std::uint64_t{0});
+        if (j.contains("params"))
+            for (const auto& [key, value] : j.at("params").items()) c.params[key] = unhex(value.get<std::string>(), origin);
+        c.q = tensor_from(j, origin, "q");
+        c.k = tensor_from(j, origin, "k");
+        c.v = tensor_from(j, origin, "v");
+        const Shape qs{c.B, c.H, c.Tq, c.Dk}, ks{c.B, c.kv_heads, c.Tk, c.Dk}, vs{c.B, c.kv_heads, c.Tk, c.Dv};
+        if (c.q.shape() != qs || c.k.shape() != ks || c.v.shape() != vs)
+            throw IoError("case file " + origin + ": tensor shapes q " + to_string(c.q.shape()) + ", k " +
+                          to_string(c.k.shape()) + ", v " + to_string(c.v.shape()) + " do not match the shape block");
+        return f;
+    } catch (const json::exception& e) {
+        throw IoError("case file " + origin + ": " + e.what());
+    }
+}
+
+CaseFile read_case_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw IoError("case file " + path + ": cannot open");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return case_from_json(ss.str(), path);
+}
+
+std::string write_case_file(const CaseFile& file, const std::string& dir) {
+    std::filesystem::create_directories(dir);
+    const std::string impl = file.implementation == "*" ? "all" : file.implementation;  // no glob character in names
+    const std::string path = dir + "/" + config_string(file.sdpa, impl) + "." + file.property + ".json";
+    std::ofstream out(path);
+    if (!out) throw IoError("case file " + path + ": cannot write");
+    out << to_json(file) << "\n";
+    return path;
+}
+
+}  // namespace attn::suite

@@ -1,0 +1,136 @@
+// properties/checks.hpp: what the invariants share: running an implementation on a case, the oracle's answer
+// for it, comparisons within the oracle's bound or bitwise, and the case transforms properties build on.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "attn/oracle/metrics.hpp"
+#include "attn/oracle/oracle.hpp"
+#include "attn/suite/case.hpp"
+#include "attn/suite/property.hpp"
+#include "attn/suite/registry.hpp"
+#include "generators.hpp"
+
+namespace attn::suite {
+
+// Calls f.template operator()<T>() with T the case's dtype.
+template <class F>
+Verdict with_dtype(Dtype dtype, F&& f) {
+    if (dtype == Dtype::Float) return f.template operator()<float>();
+    return f.template operator()<double>();
+}
+
+// The implementation's output for the case, as (B, H, Tq, Dv) whatever the layout. Throws what it throws.
+template <class T>
+Tensor<T> run_impl(const Implementation& impl, const SdpaCase& c, const SdpaOptions& options) {
+    const CaseInputs<T> in = make_inputs<T>(c);
+    SdpaResult<T> r = impl.run<T>(in.q_view, in.k_view, in.v_view, in.allowed_view, options);
+    const Shape expected{c.B, c.H, c.Tq, c.Dv};
+    if (r.output.numel() != numel(expected))
+        throw ShapeError(impl.name + ": output has shape " + to_string(r.output.shape()) + ", expected " +
+                         to_string(expected));
+    return std::move(r.output).reshaped(expected);
+}
+template <class T>
+Tensor<T> run_impl(const Implementation& impl, const SdpaCase& c) {
+    return run_impl<T>(impl, c, c.options);
+}
+
+// The oracle's answer for the case under the implementation's error model, reshaped like run_impl's output.
+template <class T>
+oracle::Result<T> oracle_for(const Implementation& impl, const SdpaCase& c) {
+    const CaseInputs<T> in = make_inputs<T>(c);
+    oracle::OracleOptions oo;
+    oo.model = impl.error_model;
+    oracle::Result<T> r = oracle::scaled_dot_product_attention<T>(in.q_view, in.k_view, in.v_view, in.allowed_view,
+                                                                  c.options, oo);
+    const Shape out{c.B, c.H, c.Tq, c.Dv};
+    r.output = std::move(r.output).reshaped(out);
+    r.output_bound = std::move(r.output_bound).reshaped(out);
+    r.output_scale = std::move(r.output_scale).reshaped(out);
+    r.output_exact = std::move(r.output_exact).reshaped(out);
+    return r;
+}
+
+// "[b,h,i,d]" of a flat index into (B, H, Tq, Dv).
+inline std::string index_string(const SdpaCase& c, Index flat, Index last) {
+    const Index d = flat % last, i = (flat / last) % c.Tq, h = (flat / last / c.Tq) % c.H, b = flat / last / c.Tq / c.H;
+    return "[" + std::to_string(b) + "," + std::to_string(h) + "," + std::to_string(i) + "," + std::to_string(d) + "]";
+}
+
+inline std::string num(double x) {
+    std::ostringstream s;
+    s.precision(17);
+    s << x;
+    return s.str();
+}
+
+// Same bits (NaN payloads aside: any NaN equals any NaN; +0 and -0 differ).
+template <class T>
+bool same_bits(T a, T b) {
+    if (std::isnan(a) && std::isnan(b)) return true;
+    return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// Bitwise equality of two outputs of the same shape; the first difference otherwise.
+template <class T>
+Verdict bitwise_equal(const SdpaCase& c, const Tensor<T>& a, const Tensor<T>& b, const std::string& what) {
+    if (a.shape() != b.shape())
+        return what + ": shapes differ, " + to_string(a.shape()) + " vs " + to_string(b.shape());
+    for (Index x = 0; x < a.numel(); ++x)
+        if (!same_bits(a[x], b[x]))
+            return what + ": output" + index_string(c, x, a.dim(-1)) + " is " + num(a[x]) + " vs " + num(b[x]);
+    return std::nullopt;
+}
+
+// Output within the oracle's bound, element by element (the metrics module's comparison).
+template <class T>
+Verdict within_bound(const Tensor<T>& out, const oracle::Result<T>& o, const std::string& what) {
+    const oracle::Comparison cmp = oracle::compare_output<T>(out.view(), o);
+    if (cmp.pass()) return std::nullopt;
+    return what + ": " + cmp.summary();
+}
+
+// |a - b| <= bound_a + bound_b element-wise: both are within their bounds of the same exact value.
+template <class T>
+Verdict within_two_bounds(const SdpaCase& c, const Tensor<T>& a, const Tensor<double>& bound_a, const Tensor<T>& b,
+                          const Tensor<double>& bound_b, const std::string& what) {
+    for (Index x = 0; x < a.numel(); ++x) {
+        const double ax = static_cast<double>(a[x]), bx = static_cast<double>(b[x]);
+        if (std::isnan(ax) || std::isnan(bx) || std::isinf(ax) || std::isinf(bx) ||
+            std::abs(ax - bx) > bound_a[x] + bound_b[x])
+            return what + ": output" + index_string(c, x, a.dim(-1)) + " is " + num(ax) + " vs " + num(bx) +
+                   ", more apart than the two bounds " + num(bound_a[x]) + " + " + num(bound_b[x]);
+    }
+    return std::nullopt;
+}
+
+// The case with v replaced by the identity (Dv = Tk, v[j] = e_j): the output row is then the weights row, so
+// weight properties apply to any implementation, including ones that cannot return weights.
+inline SdpaCase with_identity_values(const SdpaCase& c) {
+    SdpaCase r = c;
+    r.Dv = c.Tk;
+    r.v = Tensor<double>({c.B, c.kv_heads, c.Tk, c.Tk}, 0.0);
+    for (Index bh = 0; bh < c.B * c.kv_heads; ++bh)
+        for (Index j = 0; j < c.Tk; ++j) r.v[(bh * c.Tk + j) * c.Tk + j] = 1.0;
+    return r;
+}
+
+// The explicit allowed mask of a case expanded to (B, H, Tq, Tk), causal option folded in (for properties that
+// permute or perturb it).
+Tensor<bool> expanded_allowed(const SdpaCase& c);
+
+// Runs f, turning an attn::Error or any other exception into a verdict naming it.
+template <class F>
+Verdict guarded(const std::string& what, F&& f) {
+    try {
+        return f();
+    } catch (const std::exception& e) {
+        return what + " threw: " + e.what();
+    }
+}
+
+}  // namespace attn::suite

@@ -1,0 +1,87 @@
+// attn/suite/case.hpp: one concrete SDPA test case (shapes, tensors, masks, options), its config string, its views
+// and its JSON case file; what every property, generator, replay and report row shares.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "attn/sdpa.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn::suite {
+
+enum class Dtype { Float, Double };
+const char* to_string(Dtype dtype);
+using attn::to_string;
+
+// Shapes (the letters of the whole project):
+//   q (B, H, Tq, Dk); k (B, kv_heads, Tk, Dk); v (B, kv_heads, Tk, Dv); output (B, H, Tq, Dv).
+//   kv_heads == H: one K/V head per query head. kv_heads == 1: K/V broadcast over the heads by a stride-0 view.
+//   1 < kv_heads < H (grouped-query attention): q is viewed as (B, G, H/G, Tq, Dk) and k, v as (B, G, 1, Tk, D),
+//   so query head h reads K/V head h / (H/G) through NumPy broadcasting.
+// Values are stored as double; for a float case every value is exactly a float.
+struct SdpaCase {
+    Dtype dtype = Dtype::Double;
+    Index B = 1, H = 1, Tq = 1, Tk = 1, Dk = 1, Dv = 1;
+    Index kv_heads = 1;
+    Tensor<double> q, k, v;
+    // What the mask is, for the config string: none, causal-tl, causal-br (options.is_causal or an explicit causal
+    // tensor), padding, causal-tl+padding, random, empty-rows, ...
+    std::string mask_kind = "none";
+    std::optional<Tensor<bool>> allowed_mask;  // explicit allowed mask in its own broadcastable shape (rank 2..4)
+    bool mask_stride0 = false;                 // pass the mask expanded to (B, H, Tq, Tk) as a stride-0 view
+    std::string distribution = "normal";       // how the values were drawn (config string only)
+    SdpaOptions options;
+    std::uint64_t aux_seed = 0;                // seeds a property's own perturbations (SplitMix64, suite/rng.hpp)
+    std::map<std::string, double> params;      // a property's own parameters (shift sizes, cut positions, ...)
+};
+
+// "sdpa(B=2,H=4,Tq=7,Tk=9,Dk=16,Dv=8,mask=causal-br,impl=reference)" plus the parts that differ from the
+// defaults (dtype, kv heads, stride-0 mask, distribution, policy), in a fixed order. Used in messages, case file
+// names and report rows.
+std::string config_string(const SdpaCase& c, const std::string& impl);
+
+// Rank of the explicit mask as passed (0 when there is none; 5 for a grouped-query mask view).
+Index mask_rank(const SdpaCase& c);
+
+// The views an implementation is called with, owning their storage. `output_shape` is (B, H, Tq, Dv) whatever
+// the layout (the grouped-query layout has the same memory order).
+template <class T>
+struct CaseInputs {
+    Tensor<T> q, k, v;
+    std::optional<Tensor<bool>> allowed_storage;
+    TensorView<const T> q_view, k_view, v_view;
+    std::optional<TensorView<const bool>> allowed_view;
+};
+
+template <class T>
+CaseInputs<T> make_inputs(const SdpaCase& c);
+
+// Case files (regressions/cases/*.json): the case plus what it is for. Format documented in regressions/README.md.
+struct CaseFile {
+    SdpaCase sdpa;
+    std::string property;        // the property's name (its file name)
+    std::string implementation;  // where it failed; "*" = every correct implementation
+    std::string expected = "holds";  // "holds": the property must hold for `implementation`
+    std::vector<std::string> kills;  // mutants this case must still kill (replay checks it)
+    std::string note;
+    std::string source;          // where the bug class comes from (an issue thread), or "found by the suite"
+};
+
+std::string to_json(const CaseFile& file);
+CaseFile case_from_json(const std::string& text, const std::string& origin);
+CaseFile read_case_file(const std::string& path);
+// Writes dir/<config>.<property>.json (creating dir) and returns the path.
+std::string write_case_file(const CaseFile& file, const std::string& dir);
+
+// For RapidCheck's counter-example printing.
+void showValue(const SdpaCase& c, std::ostream& os);
+
+// Tensors from nested shape + flat data helpers.
+template <class T>
+Tensor<T> cast_tensor(const Tensor<double>& t);
+
+}  // namespace attn::suite

@@ -1,0 +1,47 @@
+// The list of properties, in the order the mutant table tries them (cheap and sharp ones first).
+#include "attn/suite/property.hpp"
+
+namespace attn::suite {
+
+Property rows_sum_to_one();
+Property masked_keys_get_zero_weight();
+Property heads_split_equals_separate_attention();
+Property scaling_keeps_logit_variance_near_one();
+Property matches_oracle_within_bound();
+Property future_tokens_do_not_change_past_outputs();
+Property padding_values_do_not_matter();
+Property key_permutation_equivariance();
+Property mask_broadcast_equals_expanded_mask();
+Property cross_attention_matches_oracle();
+Property outputs_are_convex_mixtures_of_readable_values();
+Property softmax_shift_invariance();
+Property blocked_and_allowed_conventions_agree();
+Property empty_rows_follow_the_policy();
+Property gqa_equals_mha_with_repeated_kv_heads();
+Property thread_count_does_not_change_bits();
+Property backends_agree_within_bounds();
+
+const std::vector<Property>& properties() {
+    static const std::vector<Property> all = {
+        rows_sum_to_one(),
+        masked_keys_get_zero_weight(),
+        heads_split_equals_separate_attention(),
+        scaling_keeps_logit_variance_near_one(),
+        matches_oracle_within_bound(),
+        future_tokens_do_not_change_past_outputs(),
+        padding_values_do_not_matter(),
+        key_permutation_equivariance(),
+        mask_broadcast_equals_expanded_mask(),
+        cross_attention_matches_oracle(),
+        outputs_are_convex_mixtures_of_readable_values(),
+        softmax_shift_invariance(),
+        blocked_and_allowed_conventions_agree(),
+        empty_rows_follow_the_policy(),
+        gqa_equals_mha_with_repeated_kv_heads(),
+        thread_count_does_not_change_bits(),
+        backends_agree_within_bounds(),
+    };
+    return all;
+}
+
+}  // namespace attn::suite

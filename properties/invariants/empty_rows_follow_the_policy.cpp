@@ -1,0 +1,66 @@
+// Invariant 14: rows with no allowed key follow the chosen policy: Throw names the row, Zero gives zeros, never a
+// silent NaN; NaN inputs still propagate under Zero.
+#include <cmath>
+
+#include "../checks.hpp"
+
+namespace attn::suite {
+
+Property empty_rows_follow_the_policy() {
+    Property p;
+    p.name = "empty_rows_follow_the_policy";
+    p.sentence = "Rows with no allowed key follow the policy: Throw names the first such row, Zero gives zero rows and "
+                 "the oracle's values elsewhere with no NaN, and a NaN input still propagates under Zero.";
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::EmptyRows}); };
+    p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
+        const Tensor<bool> allowed = expanded_allowed(c);
+        std::vector<char> empty(static_cast<std::size_t>(c.B * c.H * c.Tq), 1);
+        for (Index r = 0; r < c.B * c.H * c.Tq; ++r)
+            for (Index j = 0; j < c.Tk; ++j)
+                if (allowed[r * c.Tk + j]) empty[static_cast<std::size_t>(r)] = 0;
+        Index first = -1;
+        for (Index r = 0; r < c.B * c.H * c.Tq && first < 0; ++r)
+            if (empty[static_cast<std::size_t>(r)]) first = r % c.Tq;
+        if (first < 0) return "generator error: no empty row";
+        return with_dtype(c.dtype, [&]<class T>() -> Verdict {
+            // Throw: a MaskError naming the first empty row.
+            SdpaCase throwing = c;
+            throwing.options.empty_rows = EmptyRowPolicy::Throw;
+            try {
+                run_impl<T>(impl, throwing);
+                return std::string("Throw policy: no error although query row ") + std::to_string(first) + " is empty";
+            } catch (const MaskError& e) {
+                const std::string what = e.what();
+                if (what.find("query row " + std::to_string(first)) == std::string::npos)
+                    return "Throw policy: the MaskError does not name query row " + std::to_string(first) + ": " + what;
+            }
+            // Zero: empty rows exactly 0, the rest within the oracle's bound, nothing NaN.
+            SdpaCase zero = c;
+            zero.options.empty_rows = EmptyRowPolicy::Zero;
+            const Tensor<T> out = run_impl<T>(impl, zero);  // (B, H, Tq, Dv)
+            for (Index x = 0; x < out.numel(); ++x) {
+                if (std::isnan(out[x])) return "Zero policy: NaN at output" + index_string(c, x, c.Dv);
+                if (empty[static_cast<std::size_t>(x / c.Dv)] && out[x] != 0)
+                    return "Zero policy: empty row gives " + num(out[x]) + " at output" + index_string(c, x, c.Dv);
+            }
+            if (Verdict v = within_bound(out, oracle_for<T>(impl, zero), "Zero policy vs oracle")) return v;
+            // A NaN in the q row of a non-empty row still reaches that row's output under Zero.
+            Index victim = -1;
+            for (Index r = 0; r < c.B * c.H * c.Tq && victim < 0; ++r)
+                if (!empty[static_cast<std::size_t>(r)]) victim = r;
+            if (victim < 0) return std::nullopt;  // every row empty: nothing to propagate to
+            SdpaCase poisoned = zero;
+            poisoned.options.check_finite = false;
+            poisoned.q[victim * c.Dk] = std::numeric_limits<double>::quiet_NaN();
+            const Tensor<T> bad = run_impl<T>(impl, poisoned);
+            for (Index d = 0; d < c.Dv; ++d)
+                if (!std::isnan(bad[victim * c.Dv + d]))
+                    return "Zero policy: q NaN in row" + index_string(c, victim * c.Dv, c.Dv) + " did not propagate: output" +
+                           index_string(c, victim * c.Dv + d, c.Dv) + " is " + num(bad[victim * c.Dv + d]);
+            return std::nullopt;
+        });
+    };
+    return p;
+}
+
+}  // namespace attn::suite

@@ -1,0 +1,26 @@
+// Invariant 9: a broadcast mask (rank 2 or 3, size-1 dims, stride-0 view) gives bitwise the result of its
+// expanded contiguous copy.
+#include "../checks.hpp"
+
+namespace attn::suite {
+
+Property mask_broadcast_equals_expanded_mask() {
+    Property p;
+    p.name = "mask_broadcast_equals_expanded_mask";
+    p.sentence = "A broadcast mask (rank 2 or 3, size-1 dims, or a stride-0 view) gives bitwise the same output as its "
+                 "expanded contiguous copy.";
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::Broadcast}); };
+    p.required = {Regime::MaskRank2, Regime::MaskRank3, Regime::MaskRank4, Regime::MaskStride0};
+    p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
+        SdpaCase expanded = c;
+        expanded.options.is_causal = false;
+        expanded.allowed_mask = expanded_allowed(c);  // (B, H, Tq, Tk), contiguous
+        expanded.mask_stride0 = false;
+        return with_dtype(c.dtype, [&]<class T>() -> Verdict {
+            return bitwise_equal(c, run_impl<T>(impl, c), run_impl<T>(impl, expanded), "broadcast vs expanded mask");
+        });
+    };
+    return p;
+}
+
+}  // namespace attn::suite

@@ -1,0 +1,34 @@
+// The list of mutants, in the order `attn mutants` reports them (the course module's mistakes first).
+#include "naive.hpp"
+
+namespace attn::suite::mutant {
+
+Implementation softmax_over_queries();
+Implementation mask_after_softmax();
+Implementation inverted_mask_polarity();
+Implementation d_model_duplicated_per_head();
+Implementation heads_merged_without_transpose();
+Implementation empty_rows_ignored();
+Implementation no_scale();
+Implementation scale_by_dk();
+Implementation causal_mask_transposed();
+Implementation padding_on_query_rows();
+Implementation finite_mask_sentinel();
+Implementation no_max_subtraction();
+Implementation bottom_right_off_by_one();
+Implementation gqa_head_mapping_wrong();
+Implementation dropout_without_rescale();
+Implementation masked_nan_poisons_output();
+Implementation nan_inputs_zeroed();
+Implementation thread_dependent_sum();
+
+std::vector<Implementation> all() {
+    return {softmax_over_queries(),  mask_after_softmax(),    inverted_mask_polarity(),
+            d_model_duplicated_per_head(), heads_merged_without_transpose(), empty_rows_ignored(),
+            no_scale(),              scale_by_dk(),           causal_mask_transposed(),
+            padding_on_query_rows(), finite_mask_sentinel(),  no_max_subtraction(),
+            bottom_right_off_by_one(), gqa_head_mapping_wrong(), dropout_without_rescale(),
+            masked_nan_poisons_output(), nan_inputs_zeroed(), thread_dependent_sum()};
+}
+
+}  // namespace attn::suite::mutant

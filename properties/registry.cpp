@@ -1,0 +1,103 @@
+// The implementation registry: the library's backends and paths by name, then the mutants.
+#include "attn/suite/registry.hpp"
+
+#include "attn/error.hpp"
+#include "attn/mha.hpp"
+#include "attn/tiled.hpp"
+#include "mutants/naive.hpp"
+
+namespace attn::suite {
+
+namespace {
+
+// A library backend selected through SdpaOptions::backend.
+Implementation library_backend(const std::string& name, const std::string& description, Backend backend,
+                               oracle::ErrorModel model) {
+    Implementation impl;
+    impl.name = name;
+    impl.description = description;
+    impl.error_model = std::move(model);
+    impl.run_float = [backend](TensorView<const float> q, TensorView<const float> k, TensorView<const float> v,
+                               std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
+        SdpaOptions options = o;
+        options.backend = backend;
+        return scaled_dot_product_attention(q, k, v, m, options);
+    };
+    impl.run_double = [backend](TensorView<const double> q, TensorView<const double> k, TensorView<const double> v,
+                                std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
+        SdpaOptions options = o;
+        options.backend = backend;
+        return scaled_dot_product_attention(q, k, v, m, options);
+    };
+    return impl;
+}
+
+// The suite's grouped-query layout (q (B, G, R, Tq, Dk), k and v (B, G, 1, Tk, D), mask up to rank 5) as the 4-D
+// layout mha_sdpa_path takes (q (B, H, Tq, Dk), k and v (B, G, Tk, D), mask broadcastable to (B, H, Tq, Tk)), by
+// strides only: dims 1 and 2 merge into H = G * R (R's stride times R is G's stride, or one of them is size 1).
+template <class T>
+TensorView<T> merge_dims_1_2(TensorView<T> x, const std::string& name) {
+    if (x.rank() != 5) return x;
+    const Index g = x.dim(1), r = x.dim(2);
+    Index stride;
+    if (g == 1) stride = x.stride(2);
+    else if (r == 1) stride = x.stride(1);
+    else if (x.stride(1) == r * x.stride(2)) stride = x.stride(2);
+    else throw ShapeError("suite mha: " + name + " " + to_string(x.shape()) + " cannot be viewed as 4-D");
+    return TensorView<T>(x.data(), {x.dim(0), g * r, x.dim(3), x.dim(4)}, {x.stride(0), stride, x.stride(3), x.stride(4)});
+}
+
+template <class T>
+SdpaResult<T> run_mha_path(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+                           std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
+    if (m) m = merge_dims_1_2(*m, "allowed_mask");
+    return mha_sdpa_path(merge_dims_1_2(q, "q"), merge_dims_1_2(k, "k"), merge_dims_1_2(v, "v"), m, o);
+}
+
+std::vector<Implementation> build() {
+    std::vector<Implementation> all;
+    all.push_back(library_backend("reference", "the library's reference backend (BLIS gemm, softmax, BLIS gemm)",
+                                  Backend::Reference, oracle::reference_model()));
+    all.push_back(library_backend("tiled", "the library's tiled backend (online softmax over key blocks, Highway exp)",
+                                  Backend::Tiled, oracle::tiled_model(tiled_key_block)));
+    Implementation mha;
+    mha.name = "mha";
+    mha.description = "SDPA inputs through MultiHeadAttention's head split, SDPA core and head merge (mha_sdpa_path)";
+    mha.error_model = oracle::reference_model();
+    mha.run_float = run_mha_path<float>;
+    mha.run_double = run_mha_path<double>;
+    all.push_back(std::move(mha));
+    for (Implementation& m : mutant::all()) all.push_back(std::move(m));
+    return all;
+}
+
+}  // namespace
+
+const std::vector<Implementation>& implementations() {
+    static const std::vector<Implementation> all = build();
+    return all;
+}
+
+std::vector<const Implementation*> correct_implementations() {
+    std::vector<const Implementation*> r;
+    for (const Implementation& i : implementations())
+        if (!i.is_mutant) r.push_back(&i);
+    return r;
+}
+
+std::vector<const Implementation*> mutants() {
+    std::vector<const Implementation*> r;
+    for (const Implementation& i : implementations())
+        if (i.is_mutant) r.push_back(&i);
+    return r;
+}
+
+const Implementation& implementation(const std::string& name) {
+    for (const Implementation& i : implementations())
+        if (i.name == name) return i;
+    std::string known;
+    for (const Implementation& i : implementations()) known += " " + i.name;
+    throw ConfigError("suite: no implementation named '" + name + "'; known:" + known);
+}
+
+}  // namespace attn::suite

@@ -1,0 +1,113 @@
+// The property suite under ctest: every property against one correct implementation (ATTN_SUITE_IMPL), the
+// mutant table, the replay of every case file, and a failure demonstrably written as a replayable case file.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <cassert>
+#include <rapidcheck.h>
+#include <rapidcheck/detail/Configuration.h>
+
+#include "attn/suite/property.hpp"
+#include "attn/suite/registry.hpp"
+
+using namespace attn;
+using namespace attn::suite;
+
+namespace {
+
+std::string impl_under_test() {
+    const char* name = std::getenv("ATTN_SUITE_IMPL");
+    return name ? name : "reference";
+}
+
+void print_seed(const RunSettings& s) {
+    std::cout << "RapidCheck seed " << s.seed << " (reproduce with RC_PARAMS=\"seed=" << s.seed << "\"), " << s.cases
+              << " cases per property and dtype, max_size " << s.max_size << "\n";
+}
+
+}  // namespace
+
+TEST_CASE("every property holds for the implementation under test", "[suite]") {
+    const Implementation& impl = implementation(impl_under_test());
+    RunSettings settings = settings_from_environment(false);
+    settings.regressions_dir = "regressions/cases";
+    print_seed(settings);
+    for (const Property& p : properties()) {
+        if (!p.applies(impl)) continue;
+        for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
+            const RunOutcome o = run_property(p, impl, dtype, settings);
+            std::printf("%-48s %-9s %-6s %-4s %6d cases %7.2f s  %s\n", p.name.c_str(), impl.name.c_str(), to_string(dtype),
+                        o.passed ? "ok" : "FAIL", o.cases, o.seconds, o.passed ? "" : o.message.c_str());
+            std::fflush(stdout);
+            INFO(p.sentence << "\n" << o.message << (o.case_file.empty() ? "" : "\ncase file: " + o.case_file));
+            CHECK(o.passed);
+        }
+    }
+}
+
+TEST_CASE("every mutant is killed by some property", "[mutants]") {
+    RunSettings settings = settings_from_environment(false);
+    print_seed(settings);
+    const std::vector<MutantRow> rows = mutant_table(settings, &std::cout);
+    const std::string table = format_mutant_table(rows);
+    std::cout << "\n" << table;
+    if (const char* path = std::getenv("ATTN_MUTANT_TABLE")) std::ofstream(path) << table;
+    REQUIRE(!rows.empty());
+    for (const MutantRow& r : rows) {
+        INFO("mutant " << r.mutant << " (" << r.description << ") survived every property: a property is missing");
+        CHECK(r.killed);
+    }
+}
+
+TEST_CASE("every regression case file replays", "[replay]") {
+    const std::filesystem::path dir = "regressions/cases";
+    REQUIRE(std::filesystem::is_directory(dir));
+    int files = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        if (entry.path().extension() != ".json") continue;
+        ++files;
+        const CaseFile file = read_case_file(entry.path().string());
+        std::vector<std::string> skipped;
+        const std::vector<std::string> problems = replay_case(file, &skipped);
+        std::cout << entry.path().filename().string() << ": " << (problems.empty() ? "ok" : "FAIL")
+                  << (skipped.empty() ? "" : " (implementation not in this build: " + skipped.front() + ")") << "\n";
+        for (const std::string& problem : problems) {
+            INFO(entry.path().string());
+            FAIL_CHECK(problem);
+        }
+    }
+    CHECK(files > 0);
+}
+
+TEST_CASE("a failing property writes its shrunk counter-example as a replayable case file", "[case-file]") {
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / "attn-case-file-test";
+    std::filesystem::remove_all(dir);
+    RunSettings settings = settings_from_environment(false);
+    settings.regressions_dir = dir.string();
+    const Property& p = property("matches_oracle_within_bound");
+    const Implementation& mutant = implementation("no_scale");
+    const RunOutcome o = run_property(p, mutant, Dtype::Float, settings);
+    REQUIRE_FALSE(o.passed);
+    REQUIRE(!o.case_file.empty());
+    REQUIRE(std::filesystem::exists(o.case_file));
+    std::cout << "the mutant no_scale fails " << p.name << "; shrunk case written to " << o.case_file << "\n";
+    const CaseFile file = read_case_file(o.case_file);
+    CHECK(file.property == p.name);
+    CHECK(file.implementation == "no_scale");
+    // Every float comes back exactly.
+    REQUIRE(o.counterexample);
+    REQUIRE(file.sdpa.q.shape() == o.counterexample->q.shape());
+    for (Index x = 0; x < file.sdpa.q.numel(); ++x) CHECK(file.sdpa.q[x] == o.counterexample->q[x]);
+    for (Index x = 0; x < file.sdpa.k.numel(); ++x) CHECK(file.sdpa.k[x] == o.counterexample->k[x]);
+    // Replaying it fails for the mutant it was found on and passes for every correct implementation.
+    CHECK(p.check(mutant, file.sdpa).has_value());
+    for (const Implementation* impl : correct_implementations()) {
+        INFO(impl->name);
+        CHECK_FALSE(p.check(*impl, file.sdpa).has_value());
+    }
+    std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,108 @@
+// `attn properties`, `attn mutants` and `attn search`: the property suite from the command line.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "commands.hpp"
+
+#ifdef ATTN_HAVE_SUITE
+#include "attn/suite/property.hpp"
+#include "attn/suite/registry.hpp"
+#include "attn/suite/search.hpp"
+#endif
+
+namespace attn::cli {
+
+Action add_properties_commands(CLI::App& app) {
+    struct Args {
+        std::string impl;
+        std::string property;
+        bool thorough = false;
+        int restarts = 8, steps = 150;
+        std::uint64_t seed = 1;
+        bool save = false;
+    };
+    static Args args;
+    auto* props = app.add_subcommand("properties", "Run every property against every correct implementation (or one)");
+    props->add_option("--impl", args.impl, "Only this implementation (reference, tiled, mha, or a mutant)");
+    props->add_option("--property", args.property, "Only this property");
+    props->add_flag("--thorough", args.thorough, "20x the cases (nightly)");
+    auto* muts = app.add_subcommand("mutants", "Run the suite against every mutant: killed or survived, by what, how fast");
+    muts->add_flag("--thorough", args.thorough, "20x the cases per property");
+    auto* search = app.add_subcommand("search", "Targeted search: hill-climb on error/bound per implementation and dtype");
+    search->add_option("--impl", args.impl, "Only this implementation");
+    search->add_option("--restarts", args.restarts, "Random starting cases per implementation and dtype");
+    search->add_option("--steps", args.steps, "Mutations per start");
+    search->add_option("--seed", args.seed, "Search seed");
+    search->add_flag("--save", args.save, "Save the worst input per implementation and dtype as a regression case");
+    return [props, muts, search]() -> int {
+        if (!props->parsed() && !muts->parsed() && !search->parsed()) return not_mine;
+#ifndef ATTN_HAVE_SUITE
+        std::cerr << "attn: this build has no property suite (it needs the oracle)\n";
+        return 2;
+#else
+        using namespace attn::suite;
+        RunSettings settings = settings_from_environment(args.thorough);
+        const std::string cases_dir = std::string(ATTN_SOURCE_DIR) + "/regressions/cases";
+        std::cout << "RapidCheck seed " << settings.seed << " (reproduce with RC_PARAMS=\"seed=" << settings.seed
+                  << "\"), " << settings.cases << " cases per property and dtype\n";
+        if (props->parsed()) {
+            settings.regressions_dir = cases_dir;
+            std::vector<const Implementation*> impls =
+                args.impl.empty() ? correct_implementations() : std::vector<const Implementation*>{&implementation(args.impl)};
+            int failed = 0, runs = 0;
+            for (const Implementation* impl : impls)
+                for (const Property& p : properties()) {
+                    if (!args.property.empty() && p.name != args.property) continue;
+                    if (!p.applies(*impl)) continue;
+                    for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
+                        RunSettings s = settings;
+                        if (impl->is_mutant) s.regressions_dir.clear();  // a mutant failing is no regression
+                        const RunOutcome o = run_property(p, *impl, dtype, s);
+                        ++runs;
+                        failed += !o.passed;
+                        std::printf("%-48s %-9s %-6s %-4s %6d cases %7.2f s  %s\n", p.name.c_str(), impl->name.c_str(),
+                                    to_string(dtype), o.passed ? "ok" : "FAIL", o.cases, o.seconds, o.message.c_str());
+                        if (!o.case_file.empty()) std::printf("    case file: %s\n", o.case_file.c_str());
+                        std::fflush(stdout);
+                    }
+                }
+            std::printf("\nproperties: %d of %d runs passed\n", runs - failed, runs);
+            return failed == 0 ? 0 : 1;
+        }
+        if (muts->parsed()) {
+            const std::vector<MutantRow> rows = mutant_table(settings, &std::cout);
+            std::cout << "\n" << format_mutant_table(rows);
+            for (const MutantRow& r : rows)
+                if (!r.killed) return 1;
+            return 0;
+        }
+        std::vector<const Implementation*> impls =
+            args.impl.empty() ? correct_implementations() : std::vector<const Implementation*>{&implementation(args.impl)};
+        std::printf("| implementation | dtype | worst error/bound | evaluations | seconds | worst case |\n|---|---|---:|---:|---:|---|\n");
+        int violations = 0;
+        for (const Implementation* impl : impls)
+            for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
+                const SearchResult r = targeted_search(*impl, dtype, args.restarts, args.steps, args.seed);
+                violations += r.tightness > 1;
+                std::printf("| %s | %s | %.3g | %d | %.1f | %s |\n", impl->name.c_str(), to_string(dtype), r.tightness,
+                            r.evaluations, r.seconds, config_string(r.worst, impl->name).c_str());
+                if (args.save) {
+                    CaseFile file;
+                    file.sdpa = r.worst;
+                    file.property = "matches_oracle_within_bound";
+                    file.implementation = impl->name;
+                    file.source = "targeted search (seed " + std::to_string(args.seed) + ")";
+                    char note[160];
+                    std::snprintf(note, sizeof note, "worst input found by hill-climbing on error/bound: %.3g", r.tightness);
+                    file.note = note;
+                    std::printf("    saved %s\n", write_case_file(file, cases_dir).c_str());
+                }
+                std::fflush(stdout);
+            }
+        return violations == 0 ? 0 : 1;
+#endif
+    };
+}
+
+}  // namespace attn::cli
