@@ -10,6 +10,7 @@
 
 #include "decode.hpp"
 
+#include "attn/tiled.hpp"
 #if ATTN_FUZZ_HAVE_ORACLE
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
@@ -51,26 +52,28 @@ SdpaResult<T> run_candidate(TensorView<const T> q, TensorView<const T> k, Tensor
 // itself differently).
 inline bool candidate_is_library() { return candidate_name() == "library"; }
 
-// Cases this small go to the oracle (MPFR is ~1000x slower than the kernel; this keeps a case under ~1 ms).
+// Cases this small go to the oracle (MPFR is ~1000x slower than the kernel; this keeps a case to a few ms).
 inline bool small_enough_for_oracle(Index batch, Index Tq, Index Tk, Index Dk, Index Dv) {
-    return batch * Tq * Tk * (Dk + Dv + 1) <= 2048;
+    return batch * Tq * Tk * (Dk + Dv + 1) <= 6144;
 }
 
 #if ATTN_FUZZ_HAVE_ORACLE
-inline oracle::ErrorModel candidate_error_model() {
+// The error model the bound is computed for: the selected implementation's, or the library backend's.
+inline oracle::ErrorModel candidate_error_model(const SdpaOptions& options) {
 #if ATTN_FUZZ_HAVE_SUITE
     if (const suite::Implementation* impl = candidate_implementation()) return impl->error_model;
 #endif
-    return oracle::reference_model();
+    return options.backend == Backend::Tiled ? oracle::tiled_model(tiled_key_block) : oracle::reference_model();
 }
 
 // The candidate's output (and weights, when returned) against the oracle: error <= bound everywhere.
 template <class T>
 void require_within_oracle_bound(const SdpaResult<T>& result, TensorView<const T> q, TensorView<const T> k,
                                  TensorView<const T> v, std::optional<TensorView<const bool>> allowed_mask,
-                                 const SdpaOptions& options) {
+                                 const SdpaOptions& options,
+                                 std::optional<oracle::ErrorModel> model = std::nullopt, const std::string& who = "") {
     oracle::OracleOptions oracle_options;
-    oracle_options.model = candidate_error_model();
+    oracle_options.model = model ? *model : candidate_error_model(options);
     oracle::Result<T> exact;
     try {
         exact = oracle::scaled_dot_product_attention<T>(q, k, v, allowed_mask, options, oracle_options);
@@ -78,10 +81,10 @@ void require_within_oracle_bound(const SdpaResult<T>& result, TensorView<const T
         fail(__FILE__, __LINE__, std::string("the oracle rejects a case the implementation accepted: ") + e.what());
     }
     const oracle::Comparison out = oracle::compare_output<T>(result.output.view(), exact);
-    ATTN_FUZZ_REQUIRE(out.pass(), "output outside the oracle's bound: " + out.summary());
+    ATTN_FUZZ_REQUIRE(out.pass(), who + "output outside the oracle's bound: " + out.summary());
     if (result.weights) {
         const oracle::Comparison w = oracle::compare_weights<T>(result.weights->view(), exact);
-        ATTN_FUZZ_REQUIRE(w.pass(), "weights outside the oracle's bound: " + w.summary());
+        ATTN_FUZZ_REQUIRE(w.pass(), who + "weights outside the oracle's bound: " + w.summary());
     }
 }
 #endif

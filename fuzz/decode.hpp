@@ -424,7 +424,7 @@ inline SdpaOptions decode_options(FuzzedDataProvider& in, bool allow_threads) {
     o.check_finite = !(b & 16u);
     o.return_weights = b & 32u;
     o.num_threads = allow_threads && (b & 64u) ? 2 : 1;
-    o.backend = Backend::Reference;
+    o.backend = (b & 128u) ? Backend::Tiled : Backend::Reference;
     return o;
 }
 
@@ -435,6 +435,7 @@ inline std::string describe(const SdpaOptions& o) {
     if (!o.check_finite) s += ",check_finite=0";
     if (o.return_weights) s += ",weights=1";
     if (o.num_threads != 1) s += ",threads=" + std::to_string(o.num_threads);
+    s += std::string(",backend=") + to_string(o.backend);
     return s;
 }
 
