@@ -195,8 +195,21 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
         }
 
         // 5. acc (rows, Dv) += p (rows, nb) @ vc[c0:c0+nb] (nb, Dv).
-        gemm<T>(false, false, rows, Dv, nb, T(1), w.s.data(), Bk, 1, w.vc.data() + c0 * Dv, Dv, 1, T(1), w.acc.data(),
-                Dv, 1);
+        const T* vblock = w.vc.data() + c0 * Dv;
+        if (options.check_finite || std::all_of(vblock, vblock + nb * Dv, [](T x) { return std::isfinite(x); })) {
+            gemm<T>(false, false, rows, Dv, nb, T(1), w.s.data(), Bk, 1, vblock, Dv, 1, T(1), w.acc.data(), Dv, 1);
+        } else {
+            // A NaN/Inf value row that some query reads must not reach, through 0 * NaN in the gemm, the rows of
+            // queries that may not read it (pytorch#101967): each row sums over its own allowed keys only.
+            for (Index i = 0; i < rows; ++i) {
+                const T* srow = w.s.data() + i * Bk;
+                T* arow = w.acc.data() + i * Dv;  // (Dv) += p[i, c] * vc[c0 + c] (Dv) over allowed c
+                const Index end = causal_block ? std::min(nb, w.row_end[i] - c0) : nb;
+                for (Index c = 0; c < end; ++c)
+                    if (!masked || !p.allowed_mask || p.allowed(b, i0 + i, w.keys[c0 + c]))
+                        for (Index d = 0; d < Dv; ++d) arow[d] += srow[c] * vblock[c * Dv + d];
+            }
+        }
     }
 
     // 6. normalise; empty rows per policy; an output that overflowed is an error, not an Inf.
