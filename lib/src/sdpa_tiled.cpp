@@ -53,6 +53,14 @@ bool block_finite(const T* s, Index n) {
     return true;
 }
 
+// Exp that passes NaN through without handing it to hwy::Exp, whose float -> int step is undefined for NaN
+// (UBSan, emu128 target; a NaN logit reaches here only with check_finite off).
+template <class D, class V>
+V exp_or_nan(D d, V x) {
+    const auto nan = hn::IsNaN(x);
+    return hn::IfThenElse(nan, x, hn::Exp(d, hn::IfThenZeroElse(nan, x)));
+}
+
 // s[j] = Exp(s[j] - row_max) for j in [0, n); returns their sum: lane-wise partial sums, then over lanes.
 // The tail goes through the same vector Exp (padded with -inf, which gives 0), so every element sees one exp.
 template <class T>
@@ -63,8 +71,8 @@ T block_exp_sum(T* s, Index n, T row_max) {
     auto vsum0 = hn::Zero(d), vsum1 = hn::Zero(d);
     Index j = 0;
     for (; j + 2 * N <= n; j += 2 * N) {
-        const auto p0 = hn::Exp(d, hn::Sub(hn::LoadU(d, s + j), vm));
-        const auto p1 = hn::Exp(d, hn::Sub(hn::LoadU(d, s + j + N), vm));
+        const auto p0 = exp_or_nan(d, hn::Sub(hn::LoadU(d, s + j), vm));
+        const auto p1 = exp_or_nan(d, hn::Sub(hn::LoadU(d, s + j + N), vm));
         hn::StoreU(p0, d, s + j);
         hn::StoreU(p1, d, s + j + N);
         vsum0 = hn::Add(vsum0, p0);
@@ -75,7 +83,7 @@ T block_exp_sum(T* s, Index n, T row_max) {
         const Index r = std::min(N, n - j);
         std::fill_n(tail, N, -std::numeric_limits<T>::infinity());
         std::copy_n(s + j, r, tail);
-        const auto p = hn::Exp(d, hn::Sub(hn::Load(d, tail), vm));
+        const auto p = exp_or_nan(d, hn::Sub(hn::Load(d, tail), vm));
         hn::Store(p, d, tail);
         std::copy_n(tail, r, s + j);
         vsum0 = hn::Add(vsum0, p);
