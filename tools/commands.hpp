@@ -23,6 +23,8 @@ Action add_properties_commands(CLI::App& app);
 
 // `attn sdpa`: scaled dot-product attention on .npy files (commands_sdpa.cpp).
 Action add_sdpa_command(CLI::App& app);
+// `attn fuzz`: libFuzzer runs, corpus merge, crash minimisation, smoke runs, mutants (commands_fuzz.cpp).
+Action add_fuzz_command(CLI::App& app);
 
 // `attn oracle`, `attn check` and `attn oracle-sweep`: the oracle on .npy files (commands_oracle.cpp).
 Action add_oracle_commands(CLI::App& app);

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
         attn::cli::add_oracle_commands(app),
         attn::cli::add_mha_command(app),
         attn::cli::add_bench_command(app),
+        attn::cli::add_fuzz_command(app),
     };
     try {
         app.parse(argc, argv);

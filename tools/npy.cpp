@@ -1,6 +1,7 @@
 // .npy reader and writer. The reader trusts nothing: every length, extent and byte count is checked before use.
 #include "npy.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <fstream>
@@ -204,10 +205,14 @@ Array parse(std::span<const unsigned char> bytes, const std::string& name) {
     }
     const std::size_t item = item_size(array.dtype);
     Index count = 1;
+    Index span = 1;  // product of max(extent, 1): what a tensor's strides need, even when an extent is 0
     for (Index s : shape) {
         if (s != 0 && count > std::numeric_limits<Index>::max() / s)
             fail(name, "shape " + attn::to_string(shape) + " has more elements than int64 can count");
         count *= s;
+        if (span > std::numeric_limits<Index>::max() / std::max<Index>(s, 1))
+            fail(name, "shape " + attn::to_string(shape) + " has strides that do not fit int64");
+        span *= std::max<Index>(s, 1);
     }
     const std::size_t data_bytes = bytes.size() - prefix - header_length;
     if (static_cast<std::uint64_t>(count) > std::numeric_limits<std::size_t>::max() / item ||

@@ -114,6 +114,19 @@ void sdpa_reference(const SdpaProblem<T>& p, const std::vector<Readability>& rea
         // 4. output: out (Tq, Dv) = s (Tq, n) @ vc (n, Dv).
         if (n == 0) std::fill_n(out, Tq * Dv, T(0));
         gemm<T>(false, false, Tq, Dv, n, T(1), s.data(), n, 1, vc.data(), Dv, 1, T(0), out, Dv, 1);
+        // With check_finite off, a NaN/Inf value row that some query reads would reach, through 0 * NaN in the gemm,
+        // the rows of queries that may not read it (pytorch#101967): those rows are summed over their own keys only.
+        if (!options.check_finite &&
+            std::any_of(vc.begin(), vc.end(), [](T x) { return !std::isfinite(x); })) {
+            for (Index i = 0; i < Tq; ++i) {
+                // out[i] (Dv) = sum over keys c allowed for query i of s[i, c] * vc[c] (Dv)
+                T* out_row = out + i * Dv;
+                std::fill_n(out_row, Dv, T(0));
+                for (Index c = 0; c < n; ++c)
+                    if (p.allowed(b, i, keys[c]))
+                        for (Index d = 0; d < Dv; ++d) out_row[d] += s[i * n + c] * vc[c * Dv + d];
+            }
+        }
 
         // 5. weights (Tq, Tk): zero at unreadable keys; empty rows and overflow checks.
         if (w) {

@@ -115,6 +115,14 @@ void pack_keys(const SdpaProblem<T>& p, const Readability& r, Index b, Layout& L
     }
 }
 
+// Exp that passes NaN through without handing it to hn::Exp, whose float -> int step is undefined for NaN
+// (UBSan; a NaN logit reaches here only with check_finite off).
+template <class D, class V>
+V exp_or_nan(D d, V x) {
+    const auto nan = hn::IsNaN(x);
+    return hn::IfThenElse(nan, x, hn::Exp(d, hn::IfThenZeroElse(nan, x)));
+}
+
 // Online softmax over one key block for the nr queries of one panel (lanes), keys [0, nb) of s (Bk_pad, nr):
 // m_new = max(m, max_c s_c); p_c = Exp(s_c - m_new) in place; c = Exp(m - m_new); l = c l + sum_c p_c (the sum
 // sequential over keys); acc (Dv_pad, nr) *= c. Rows with nothing allowed yet keep m = -inf and get p = 0.
@@ -130,11 +138,11 @@ void online_softmax(D d, T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_
         const auto m_sub = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
         auto sum = hn::Zero(d);
         for (Index c = 0; c < nb; ++c) {
-            const auto pc = hn::Exp(d, hn::Sub(hn::LoadU(d, s + c * nr + x), m_sub));
+            const auto pc = exp_or_nan(d, hn::Sub(hn::LoadU(d, s + c * nr + x), m_sub));
             hn::StoreU(pc, d, s + c * nr + x);
             sum = hn::Add(sum, pc);
         }
-        const auto rescale = hn::Exp(d, hn::Sub(m_old, m_sub));  // 1 when the max did not move, 0 from -inf
+        const auto rescale = exp_or_nan(d, hn::Sub(m_old, m_sub));  // 1 when the max did not move, 0 from -inf
         hn::StoreU(m_new, d, m + x);
         hn::StoreU(hn::MulAdd(hn::LoadU(d, l + x), rescale, sum), d, l + x);
         for (Index dv = 0; dv < Dv_pad; ++dv)
@@ -208,6 +216,13 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
     for (Index c0 = 0; c0 < keys_end; c0 += L.Bk) {
         const Index nb = std::min(L.Bk, n - c0);  // readable keys [c0, c0 + nb)
         const T* kblock = w.kp.data.get() + (c0 / L.Bk) * L.k_block_stride;
+        // Under check_finite every readable value is finite; otherwise look, since 0 * NaN in the product would
+        // carry a NaN/Inf value row into rows that may not read it.
+        bool v_block_finite = true;
+        if (!options.check_finite)
+            for (Index c = c0; c < c0 + nb && v_block_finite; ++c)
+                for (Index d = 0; d < Dv && v_block_finite; ++d)
+                    v_block_finite = std::isfinite(p.v_row(b, w.keys[c])[d * p.v.stride(-1)]);
         for (Index jq = 0; jq < panels; ++jq) {
             const Index nbj = std::min(nb, w.panel_end[jq] - c0);  // keys of this block some row of the panel reads
             if (nbj <= 0) continue;
@@ -253,8 +268,23 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
                                      L.Dv_pad);
 
             // 5. acc^T (Dv, nr) += v^T[:, c0:c0+nbj] (Dv, nbj) @ p^T (nbj, nr), tile by tile.
-            packed_gemm<T>(L.dv_panels, 1, nbj, T(1), w.vp.data.get() + c0 * mr, L.ps_v, s, 0, T(1), accj, nr, 1,
-                           mr * nr, 0);
+            if (v_block_finite) {
+                packed_gemm<T>(L.dv_panels, 1, nbj, T(1), w.vp.data.get() + c0 * mr, L.ps_v, s, 0, T(1), accj, nr,
+                               1, mr * nr, 0);
+            } else {
+                // A NaN/Inf value row that some query reads must not reach the rows of queries that may not read it
+                // (pytorch#101967): each row sums over its own allowed keys only. acc (d, lane rr) at d * nr + rr.
+                for (Index rr = 0; rr < nr && jq * nr + rr < rows; ++rr) {
+                    const Index i = jq * nr + rr;
+                    const Index end = std::clamp<Index>(w.row_end[i] - c0, 0, nbj);
+                    for (Index c = 0; c < end; ++c) {
+                        if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[c0 + c])) continue;
+                        const T pc = s[c * nr + rr];
+                        const T* vrow = p.v_row(b, w.keys[c0 + c]);
+                        for (Index d = 0; d < Dv; ++d) accj[d * nr + rr] += pc * vrow[d * p.v.stride(-1)];
+                    }
+                }
+            }
         }
     }
 

@@ -1,0 +1,114 @@
+// fuzz/candidate.hpp: which attention implementation a fuzz target checks, and the oracle comparison for small cases.
+//
+// By default the targets check the library (attn::scaled_dot_product_attention). When the implementation registry
+// is linked (ATTN_FUZZ_HAVE_SUITE), ATTN_FUZZ_IMPL=<name> selects any registered implementation instead, which is
+// how the mutants are run under the fuzzers (`attn fuzz --mutants`).
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+#include "decode.hpp"
+
+#include "attn/tiled.hpp"
+#if ATTN_FUZZ_HAVE_ORACLE
+#include "attn/oracle/metrics.hpp"
+#include "attn/oracle/oracle.hpp"
+#endif
+#if ATTN_FUZZ_HAVE_SUITE
+#include "attn/suite/registry.hpp"
+#endif
+
+namespace attn::fuzz {
+
+// The name of the implementation under test ("library" when none is selected).
+inline const std::string& candidate_name() {
+    static const std::string name = [] {
+        const char* env = std::getenv("ATTN_FUZZ_IMPL");
+        return std::string(env && *env ? env : "library");
+    }();
+    return name;
+}
+
+#if ATTN_FUZZ_HAVE_SUITE
+inline const suite::Implementation* candidate_implementation() {
+    static const suite::Implementation* impl =
+        candidate_name() == "library" ? nullptr : &suite::implementation(candidate_name());
+    return impl;
+}
+#endif
+
+template <class T>
+SdpaResult<T> run_candidate(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+                            std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
+#if ATTN_FUZZ_HAVE_SUITE
+    if (const suite::Implementation* impl = candidate_implementation())
+        return impl->template run<T>(q, k, v, allowed_mask, options);
+#endif
+    return scaled_dot_product_attention(q, k, v, allowed_mask, options);
+}
+
+// Whether errors are expected to carry the library's "sdpa: " prefix (a registered implementation may name
+// itself differently).
+inline bool candidate_is_library() { return candidate_name() == "library"; }
+
+// Cases this small go to the oracle (MPFR is ~1000x slower than the kernel; this keeps a case to a few ms).
+inline bool small_enough_for_oracle(Index batch, Index Tq, Index Tk, Index Dk, Index Dv) {
+    return batch * Tq * Tk * (Dk + Dv + 1) <= 6144;
+}
+
+#if ATTN_FUZZ_HAVE_ORACLE
+// The error model the bound is computed for: the selected implementation's, or the library backend's.
+inline oracle::ErrorModel candidate_error_model(const SdpaOptions& options) {
+#if ATTN_FUZZ_HAVE_SUITE
+    if (const suite::Implementation* impl = candidate_implementation()) return impl->error_model;
+#endif
+    return options.backend == Backend::Tiled ? oracle::tiled_model(tiled_key_block) : oracle::reference_model();
+}
+
+// The candidate's output (and weights, when returned) against the oracle: error <= bound everywhere.
+template <class T>
+void require_within_oracle_bound(const SdpaResult<T>& result, TensorView<const T> q, TensorView<const T> k,
+                                 TensorView<const T> v, std::optional<TensorView<const bool>> allowed_mask,
+                                 const SdpaOptions& options,
+                                 std::optional<oracle::ErrorModel> model = std::nullopt, const std::string& who = "") {
+    oracle::OracleOptions oracle_options;
+    oracle_options.model = model ? *model : candidate_error_model(options);
+    oracle::Result<T> exact;
+    try {
+        exact = oracle::scaled_dot_product_attention<T>(q, k, v, allowed_mask, options, oracle_options);
+    } catch (const Error& e) {
+        fail(__FILE__, __LINE__, std::string("the oracle rejects a case the implementation accepted: ") + e.what());
+    }
+    const oracle::Comparison out = oracle::compare_output<T>(result.output.view(), exact);
+    ATTN_FUZZ_REQUIRE(out.pass(), who + "output outside the oracle's bound: " + out.summary());
+    if (result.weights) {
+        const oracle::Comparison w = oracle::compare_weights<T>(result.weights->view(), exact);
+        ATTN_FUZZ_REQUIRE(w.pass(), who + "weights outside the oracle's bound: " + w.summary());
+    }
+}
+#endif
+
+}  // namespace attn::fuzz
+
+// libFuzzer (and AFL++'s driver) call this once before fuzzing. ATTN_FUZZ_LIST_MUTANTS=1 lists the registered
+// mutants and exits, so `attn fuzz --mutants` needs no link to the registry itself. Each target includes this
+// header from exactly one translation unit.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+    if (const char* list = std::getenv("ATTN_FUZZ_LIST_MUTANTS"); list && *list == '1') {
+#if ATTN_FUZZ_HAVE_SUITE
+        for (const attn::suite::Implementation* impl : attn::suite::mutants()) std::printf("mutant: %s\n", impl->name.c_str());
+#endif
+        std::exit(0);
+    }
+    if (attn::fuzz::candidate_name() != "library") {
+#if ATTN_FUZZ_HAVE_SUITE
+        (void)attn::fuzz::candidate_implementation();  // an unknown name fails here, before any input
+#else
+        std::fprintf(stderr, "attn-fuzz: ATTN_FUZZ_IMPL=%s needs the implementation registry\n",
+                     attn::fuzz::candidate_name().c_str());
+        std::exit(2);
+#endif
+    }
+    return 0;
+}
