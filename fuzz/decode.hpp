@@ -424,7 +424,9 @@ inline SdpaOptions decode_options(FuzzedDataProvider& in, bool allow_threads) {
     o.check_finite = !(b & 16u);
     o.return_weights = b & 32u;
     o.num_threads = allow_threads && (b & 64u) ? 2 : 1;
-    o.backend = (b & 128u) ? Backend::Tiled : Backend::Reference;
+    // tiled never forms weights, and naming it while asking for them is a ConfigError (covered by the unit tests):
+    // with weights the high bit selects Auto, which must then pick reference.
+    o.backend = (b & 128u) ? (o.return_weights ? Backend::Auto : Backend::Tiled) : Backend::Reference;
     return o;
 }
 
