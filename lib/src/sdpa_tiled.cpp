@@ -268,7 +268,9 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
                                      L.Dv_pad);
 
             // 5. acc^T (Dv, nr) += v^T[:, c0:c0+nbj] (Dv, nbj) @ p^T (nbj, nr), tile by tile.
-            if (v_block_finite) {
+            if (Dv == 0) {
+                // no value columns: nothing to accumulate (and no packed v to point into)
+            } else if (v_block_finite) {
                 packed_gemm<T>(L.dv_panels, 1, nbj, T(1), w.vp.data.get() + c0 * mr, L.ps_v, s, 0, T(1), accj, nr,
                                1, mr * nr, 0);
             } else {
@@ -289,6 +291,7 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
     }
 
     // 6. normalise and transpose back to (rows, Dv); empty rows per policy; an overflowed output is an error.
+    if (Dv == 0) return;  // nothing to write, and acc holds no storage to index into
     for (Index i = 0; i < rows; ++i) {
         T* orow = out + i * Dv;
         if (!r.row_nonempty[static_cast<std::size_t>(i0 + i)]) {
@@ -297,6 +300,12 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
         }
         const T* a = acc + (i / nr) * L.Dv_pad * nr + i % nr;  // (dim d) at a[d * nr]
         const T l = w.row_sum[i];
+        if (l == T(0)) {
+            // Every allowed logit of this row was -inf (an overflow, reachable only with check_finite off): the
+            // softmax is undefined, NaN as in `reference`, without dividing by zero.
+            std::fill_n(orow, Dv, std::numeric_limits<T>::quiet_NaN());
+            continue;
+        }
         for (Index d = 0; d < Dv; ++d) orow[d] = a[d * nr] / l;
         if (options.check_finite)
             for (Index d = 0; d < Dv; ++d)
