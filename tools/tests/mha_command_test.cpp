@@ -16,6 +16,7 @@
 
 #include "attn/attn.hpp"
 #include "mha_reference.hpp"
+#include "cli_run.hpp"
 #include "npy.hpp"
 
 using namespace attn;
@@ -24,30 +25,12 @@ using attn::testing::LD;
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Scratch {
-    fs::path dir = fs::temp_directory_path() / ("attn_mha_command_test_" + std::to_string(::getpid()));
-    Scratch() { fs::create_directories(dir); }
-    ~Scratch() { fs::remove_all(dir); }
-    std::string operator/(const std::string& name) const { return (dir / name).string(); }
+using test::Run;
+using test::run_attn;
+using test::slurp;
+struct Scratch : test::Scratch {
+    Scratch() : test::Scratch("attn_mha_command_test") {}
 };
-
-struct Run {
-    int exit_code;
-    std::string stderr_text;
-};
-
-Run run_attn(const Scratch& scratch, const std::string& args) {
-    const std::string err_path = scratch / "stderr.txt";
-    const std::string command = std::string("'") + ATTN_CLI_PATH + "' " + args + " 2>'" + err_path + "'";
-    const int status = std::system(command.c_str());
-    REQUIRE(status != -1);
-    REQUIRE(WIFEXITED(status));
-    std::ifstream in(err_path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return {WEXITSTATUS(status), text.str()};
-}
 
 Tensor<float> random_tensor(Shape shape, std::mt19937_64& rng) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);

@@ -17,6 +17,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/oracle/oracle.hpp"
+#include "cli_run.hpp"
 #include "npy.hpp"
 
 using namespace attn;
@@ -24,34 +25,12 @@ using namespace attn;
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Scratch {
-    fs::path dir = fs::temp_directory_path() / ("attn_oracle_command_test_" + std::to_string(::getpid()));
-    Scratch() { fs::create_directories(dir); }
-    ~Scratch() { fs::remove_all(dir); }
-    std::string operator/(const std::string& name) const { return (dir / name).string(); }
+using test::Run;
+using test::run_attn;
+using test::slurp;
+struct Scratch : test::Scratch {
+    Scratch() : test::Scratch("attn_oracle_command_test") {}
 };
-
-struct Run {
-    int exit_code;
-    std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
-Run run_attn(const Scratch& scratch, const std::string& args) {
-    const std::string command = std::string("'") + ATTN_CLI_PATH + "' " + args + " >'" + (scratch / "stdout.txt") +
-                                "' 2>'" + (scratch / "stderr.txt") + "'";
-    const int status = std::system(command.c_str());
-    REQUIRE(status != -1);
-    REQUIRE(WIFEXITED(status));
-    return {WEXITSTATUS(status), slurp(scratch / "stdout.txt"), slurp(scratch / "stderr.txt")};
-}
 
 // q (2, 4, 8), k (2, 6, 8), v (2, 6, 3), random normal.
 template <class T>
@@ -80,12 +59,12 @@ TEMPLATE_TEST_CASE("attn check passes the library's output and names an element 
     const Scratch scratch;
     write_inputs<T>(scratch);
     const Run lib = run_attn(scratch, "sdpa" + inputs(scratch) + " --backend reference --out '" + (scratch / "lib.npy") + "'");
-    INFO(lib.err);
+    INFO(lib.stderr_text);
     REQUIRE(lib.exit_code == 0);
 
     const Run good = run_attn(scratch, "check" + inputs(scratch) + " --model reference --candidate '" +
                                            (scratch / "lib.npy") + "' --json '" + (scratch / "good.json") + "'");
-    INFO(good.out << good.err);
+    INFO(good.out << good.stderr_text);
     CHECK(good.exit_code == 0);
     CHECK(good.out.find("over the bound       0 of 24 elements") != std::string::npos);
     CHECK(good.out.find("max ULP error") != std::string::npos);
@@ -94,7 +73,7 @@ TEMPLATE_TEST_CASE("attn check passes the library's output and names an element 
     // `attn oracle` writes the correctly rounded output and the bound of the chosen model.
     const Run orc = run_attn(scratch, "oracle" + inputs(scratch) + " --model reference --out '" + (scratch / "o.npy") +
                                           "' --bound '" + (scratch / "b.npy") + "'");
-    INFO(orc.err);
+    INFO(orc.stderr_text);
     REQUIRE(orc.exit_code == 0);
     const Tensor<T> q = npy::to_tensor<T>(npy::read_file(scratch / "q.npy"), "q");
     const Tensor<T> k = npy::to_tensor<T>(npy::read_file(scratch / "k.npy"), "k");
@@ -119,7 +98,7 @@ TEMPLATE_TEST_CASE("attn check passes the library's output and names an element 
     npy::write_file<T>(scratch / "moved.npy", moved.view());
     const Run bad = run_attn(scratch, "check" + inputs(scratch) + " --model reference --candidate '" +
                                           (scratch / "moved.npy") + "' --json '" + (scratch / "bad.json") + "'");
-    INFO(bad.out << bad.err);
+    INFO(bad.out << bad.stderr_text);
     CHECK(bad.exit_code == 1);
     CHECK(bad.out.find("over the bound       1 of 24 elements") != std::string::npos);
     CHECK(bad.out.find("worst element        [1,2,1]") != std::string::npos);
@@ -135,19 +114,19 @@ TEST_CASE("attn check reports bad input with exit code 2", "[cli][oracle][errors
     SECTION("a candidate of the wrong shape") {
         const Run run = run_attn(scratch, "check" + inputs(scratch) + " --candidate '" + (scratch / "v.npy") + "'");
         CHECK(run.exit_code == 2);
-        CHECK(run.err.find("[2,6,3]") != std::string::npos);
-        CHECK(run.err.find("[2,4,3]") != std::string::npos);
+        CHECK(run.stderr_text.find("[2,6,3]") != std::string::npos);
+        CHECK(run.stderr_text.find("[2,4,3]") != std::string::npos);
     }
     SECTION("a candidate of another dtype than q") {
         npy::write_file<double>(scratch / "c.npy", Tensor<double>({2, 4, 3}).view());
         const Run run = run_attn(scratch, "check" + inputs(scratch) + " --candidate '" + (scratch / "c.npy") + "'");
         CHECK(run.exit_code == 2);
-        CHECK(run.err.find("must have q's dtype") != std::string::npos);
+        CHECK(run.stderr_text.find("must have q's dtype") != std::string::npos);
     }
     SECTION("an unknown model") {
         const Run run = run_attn(scratch, "check" + inputs(scratch) + " --candidate '" + (scratch / "q.npy") +
                                               "' --model fastest");
         CHECK(run.exit_code == 2);
-        CHECK(run.err.find("--model") != std::string::npos);
+        CHECK(run.stderr_text.find("--model") != std::string::npos);
     }
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "attn/attn.hpp"
+#include "cli_run.hpp"
 #include "npy.hpp"
 
 using namespace attn;
@@ -19,32 +20,12 @@ using namespace attn;
 namespace {
 
 namespace fs = std::filesystem;
-
-// A scratch directory per test process, removed at the end of each test case.
-struct Scratch {
-    fs::path dir = fs::temp_directory_path() / ("attn_sdpa_command_test_" + std::to_string(::getpid()));
-    Scratch() { fs::create_directories(dir); }
-    ~Scratch() { fs::remove_all(dir); }
-    std::string operator/(const std::string& name) const { return (dir / name).string(); }
+using test::Run;
+using test::run_attn;
+using test::slurp;
+struct Scratch : test::Scratch {
+    Scratch() : test::Scratch("attn_sdpa_command_test") {}
 };
-
-struct Run {
-    int exit_code;
-    std::string stderr_text;
-};
-
-// Runs the built `attn` (its path comes from the build system) with `args`; stderr is captured.
-Run run_attn(const Scratch& scratch, const std::string& args) {
-    const std::string err_path = scratch / "stderr.txt";
-    const std::string command = std::string("'") + ATTN_CLI_PATH + "' " + args + " 2>'" + err_path + "'";
-    const int status = std::system(command.c_str());
-    REQUIRE(status != -1);
-    REQUIRE(WIFEXITED(status));
-    std::ifstream in(err_path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return {WEXITSTATUS(status), text.str()};
-}
 
 // The course module's Part 2 inputs: q (1,3,4), k (1,3,4), v (1,3,2).
 template <class T>
