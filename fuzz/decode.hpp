@@ -566,4 +566,11 @@ bool overflow_possible(const ReadSummary& s, double scale) {
     return logit >= limit || s.max_abs_v >= limit;
 }
 
+// Same shape and the same bits (NaN payloads and signed zeros included): the claim of every "bitwise" property.
+template <class T>
+bool bitwise_equal(const Tensor<T>& a, const Tensor<T>& b) {
+    return a.shape() == b.shape() &&
+           std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.numel()) * sizeof(T)) == 0;
+}
+
 }  // namespace attn::fuzz

@@ -9,12 +9,6 @@
 namespace attn::fuzz {
 namespace {
 
-template <class T>
-bool bitwise_equal(const Tensor<T>& a, const Tensor<T>& b) {
-    return a.shape() == b.shape() &&
-           std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.numel()) * sizeof(T)) == 0;
-}
-
 // One outcome of a call: the result, or the error's kind and message.
 template <class T>
 struct Outcome {

@@ -34,12 +34,6 @@ Expect kind_of(const Error& e) {
 enum class Corruption { None, KDk, VTk, QRank, Batch, MaskDim, MaskRank };
 
 template <class T>
-bool bitwise_equal(const Tensor<T>& a, const Tensor<T>& b) {
-    return a.shape() == b.shape() &&
-           std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.numel()) * sizeof(T)) == 0;
-}
-
-template <class T>
 void run(FuzzedDataProvider& in) {
     // 1. Structure.
     const Dims dims = Dims::decode(in);
