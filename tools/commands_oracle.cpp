@@ -70,15 +70,7 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
 }
 
 SdpaOptions sdpa_options(const ProblemArgs& args) {
-    SdpaOptions options;
-    options.scale = args.scale;
-    options.is_causal = !args.causal.empty();
-    options.alignment = args.causal == "bottom-right" ? CausalAlignment::BottomRight : CausalAlignment::TopLeft;
-    options.empty_rows = args.empty_rows == "zero" ? EmptyRowPolicy::Zero
-                         : args.empty_rows == "nan" ? EmptyRowPolicy::Nan
-                                                    : EmptyRowPolicy::Throw;
-    options.check_finite = !args.no_check_finite;
-    return options;
+    return sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite);
 }
 
 std::string describe(const char* tensor, const std::string& path, const npy::Array& a) {

@@ -30,18 +30,11 @@ void run_sdpa(const SdpaArgs& args, const npy::Array& q_file, const npy::Array& 
     const Tensor<T> q = npy::to_tensor<T>(q_file, args.q_path);  // (..., Tq, Dk)
     const Tensor<T> k = npy::to_tensor<T>(k_file, args.k_path);  // (..., Tk, Dk)
     const Tensor<T> v = npy::to_tensor<T>(v_file, args.v_path);  // (..., Tk, Dv)
-    SdpaOptions options;
-    options.scale = args.scale;
-    options.is_causal = !args.causal.empty();
-    options.alignment = args.causal == "bottom-right" ? CausalAlignment::BottomRight : CausalAlignment::TopLeft;
-    options.empty_rows = args.empty_rows == "zero" ? EmptyRowPolicy::Zero
-                         : args.empty_rows == "nan" ? EmptyRowPolicy::Nan
-                                                    : EmptyRowPolicy::Throw;
+    SdpaOptions options = sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite);
     options.backend = args.backend == "reference" ? Backend::Reference
                       : args.backend == "tiled"   ? Backend::Tiled
                                                   : Backend::Auto;
     options.num_threads = args.num_threads;
-    options.check_finite = !args.no_check_finite;
     options.return_weights = !args.weights_path.empty();
     std::optional<TensorView<const bool>> allowed_view;
     if (allowed_mask) allowed_view = allowed_mask->view();  // broadcastable to (..., Tq, Tk)
