@@ -50,41 +50,16 @@ HeadMasks resolve_masks(const std::string& function, const std::string& input_sh
     HeadMasks m;
     if (allowed_mask) m.shapes += ", allowed_mask " + to_string(allowed_mask->shape());
     if (options.key_padding_allowed) m.shapes += ", key_padding_allowed " + to_string(options.key_padding_allowed->shape());
-    const std::string all_shapes = " (" + input_shapes + m.shapes + ")";
+    const MhaMaskViews views = mha_mask_views(function, " (" + input_shapes + m.shapes + ")", allowed_mask,
+                                              options.key_padding_allowed, B, H, Tq, Tk);
     const Shape target{B, H, Tq, Tk};
-    std::optional<TensorView<const bool>> mask4;
-    if (allowed_mask) {
-        // 2-D (Tq, Tk) -> (1, 1, Tq, Tk); 3-D (B, Tq, Tk) -> (B, 1, Tq, Tk), as the course module reads them.
-        switch (allowed_mask->rank()) {
-            case 2: mask4 = allowed_mask->unsqueeze(0).unsqueeze(0); break;
-            case 3: mask4 = allowed_mask->unsqueeze(1); break;
-            case 4: mask4 = *allowed_mask; break;
-            default:
-                throw ShapeError(function + ": allowed_mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, Tk), got " +
-                                 to_string(allowed_mask->shape()) + all_shapes);
-        }
-        try {
-            (void)mask4->broadcast_to(target, function, "allowed_mask");
-        } catch (const ShapeError&) {
-            throw ShapeError(function + ": allowed_mask " + to_string(allowed_mask->shape()) +
-                             " does not broadcast to (B, H, Tq, Tk) = " + to_string(target) + all_shapes);
-        }
-    }
-    std::optional<TensorView<const bool>> padding4;
-    if (options.key_padding_allowed) {
-        const TensorView<const bool>& kp = *options.key_padding_allowed;
-        if (kp.rank() != 2 || kp.dim(0) != B || kp.dim(1) != Tk)
-            throw ShapeError(function + ": key_padding_allowed must be (B, Tk) = " + to_string(Shape{B, Tk}) + ", got " +
-                             to_string(kp.shape()) + all_shapes);
-        padding4 = kp.unsqueeze(1).unsqueeze(1);  // (B, 1, 1, Tk): the same keys for every head and query row
-    }
-    if (mask4 && padding4) {
-        m.owned = logical_and(*mask4, *padding4);  // (B or 1, H or 1, Tq or 1, Tk)
+    if (views.mask && views.padding) {
+        m.owned = logical_and(*views.mask, *views.padding);  // (B or 1, H or 1, Tq or 1, Tk): no full-size copy
         m.allowed = m.owned->view().broadcast_to(target, function, "allowed_mask");
-    } else if (mask4) {
-        m.allowed = mask4->broadcast_to(target, function, "allowed_mask");
-    } else if (padding4) {
-        m.allowed = padding4->broadcast_to(target, function, "key_padding_allowed");
+    } else if (views.mask) {
+        m.allowed = views.mask->broadcast_to(target, function, "allowed_mask");
+    } else if (views.padding) {
+        m.allowed = views.padding->broadcast_to(target, function, "key_padding_allowed");
     }
     return m;
 }
@@ -797,6 +772,38 @@ SdpaResult<float> mha_sdpa_path(TensorView<const float> q, TensorView<const floa
 SdpaResult<double> mha_sdpa_path(TensorView<const double> q, TensorView<const double> k, TensorView<const double> v,
                                  std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
     return mha_sdpa_path_impl<double>(q, k, v, allowed_mask, options);
+}
+
+MhaMaskViews mha_mask_views(const std::string& function, const std::string& shapes,
+                            std::optional<TensorView<const bool>> allowed_mask,
+                            std::optional<TensorView<const bool>> key_padding_allowed, Index B, Index H, Index Tq,
+                            Index Tk) {
+    MhaMaskViews views;
+    const Shape target{B, H, Tq, Tk};
+    if (allowed_mask) {
+        switch (allowed_mask->rank()) {
+            case 2: views.mask = allowed_mask->unsqueeze(0).unsqueeze(0); break;
+            case 3: views.mask = allowed_mask->unsqueeze(1); break;
+            case 4: views.mask = *allowed_mask; break;
+            default:
+                throw ShapeError(function + ": allowed_mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, Tk), got " +
+                                 to_string(allowed_mask->shape()) + shapes);
+        }
+        try {
+            (void)views.mask->broadcast_to(target, function, "allowed_mask");
+        } catch (const ShapeError&) {
+            throw ShapeError(function + ": allowed_mask " + to_string(allowed_mask->shape()) +
+                             " does not broadcast to (B, H, Tq, Tk) = " + to_string(target) + shapes);
+        }
+    }
+    if (key_padding_allowed) {
+        const TensorView<const bool>& kp = *key_padding_allowed;
+        if (kp.rank() != 2 || kp.dim(0) != B || kp.dim(1) != Tk)
+            throw ShapeError(function + ": key_padding_allowed must be (B, Tk) = " + to_string(Shape{B, Tk}) + ", got " +
+                             to_string(kp.shape()) + shapes);
+        views.padding = kp.unsqueeze(1).unsqueeze(1);  // the same keys for every head and query row
+    }
+    return views;
 }
 
 }  // namespace attn

@@ -60,26 +60,10 @@ MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorV
 
     const Index B = p.B, H = p.H, Tq = p.Tq, Tk = p.Tk;
     const Shape target{B, H, Tq, Tk};
+    const MhaMaskViews views = mha_mask_views(f, shapes, allowed_mask, options.key_padding_allowed, B, H, Tq, Tk);
     std::optional<TensorView<const bool>> mask4, padding4;
-    if (allowed_mask) {
-        // As the module reads masks: 2-D (Tq, Tk) -> (1, 1, Tq, Tk); 3-D (B, Tq, Tk) -> (B, 1, Tq, Tk).
-        switch (allowed_mask->rank()) {
-            case 2: mask4 = allowed_mask->unsqueeze(0).unsqueeze(0); break;
-            case 3: mask4 = allowed_mask->unsqueeze(1); break;
-            case 4: mask4 = *allowed_mask; break;
-            default:
-                throw ShapeError(f + ": allowed_mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, Tk), got " +
-                                 to_string(allowed_mask->shape()) + shapes);
-        }
-        mask4 = mask4->broadcast_to(target, f, "allowed_mask");
-    }
-    if (options.key_padding_allowed) {
-        const TensorView<const bool>& kp = *options.key_padding_allowed;
-        if (kp.rank() != 2 || kp.dim(0) != B || kp.dim(1) != Tk)
-            throw ShapeError(f + ": key_padding_allowed must be (B, Tk) = " + to_string(Shape{B, Tk}) + ", got " +
-                             to_string(kp.shape()) + shapes);
-        padding4 = kp.unsqueeze(1).unsqueeze(1).broadcast_to(target, f, "key_padding_allowed");  // (B, 1, 1, Tk)
-    }
+    if (views.mask) mask4 = views.mask->broadcast_to(target, f, "allowed_mask");
+    if (views.padding) padding4 = views.padding->broadcast_to(target, f, "key_padding_allowed");
     p.allowed.assign(static_cast<std::size_t>(B * H * Tq * Tk), 0);
     p.nonempty.assign(static_cast<std::size_t>(B * H * Tq), 0);
     p.q_read.assign(static_cast<std::size_t>(B * Tq), 0);

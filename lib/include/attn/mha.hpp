@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "attn/mask.hpp"
 #include "attn/sdpa.hpp"
@@ -150,6 +151,21 @@ private:
 
 extern template class MultiHeadAttention<float>;
 extern template class MultiHeadAttention<double>;
+
+// The module's mask contract, shared by MultiHeadAttention, multi_head_sdpa and the oracle: allowed_mask 2-D
+// (Tq, Tk) is read as (1, 1, Tq, Tk), 3-D (B, Tq, Tk) as (B, 1, Tq, Tk) (broadcast over heads, as in the course
+// module), 4-D as is, and it must broadcast to (B, H, Tq, Tk); key_padding_allowed must be (B, Tk) and is read as
+// (B, 1, 1, Tk). The views keep their size-1 dims (broadcast_to(B, H, Tq, Tk) gives the full view). ShapeErrors
+// name `function`, the offending mask with its shape, the target, and end with `shapes` (the caller's
+// " (query_states [..], ...)").
+struct MhaMaskViews {
+    std::optional<TensorView<const bool>> mask;     // rank 4, broadcastable to (B, H, Tq, Tk)
+    std::optional<TensorView<const bool>> padding;  // (B, 1, 1, Tk)
+};
+MhaMaskViews mha_mask_views(const std::string& function, const std::string& shapes,
+                            std::optional<TensorView<const bool>> allowed_mask,
+                            std::optional<TensorView<const bool>> key_padding_allowed, Index B, Index H, Index Tq,
+                            Index Tk);
 
 // Dropout of MultiHeadAttention, for callers of multi_head_sdpa: probability in [0, 1) and seed.
 struct MhaDropout {
