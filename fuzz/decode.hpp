@@ -573,4 +573,45 @@ bool bitwise_equal(const Tensor<T>& a, const Tensor<T>& b) {
            std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.numel()) * sizeof(T)) == 0;
 }
 
+// The outcome of a call: a result (SdpaResult or MhaResult), or the documented error's kind and message. Anything
+// thrown that is not an attn::Error is a finding.
+template <class R>
+struct Outcome {
+    std::optional<R> result;
+    std::string kind, message;
+};
+
+template <class R, class F>
+Outcome<R> attempt(F&& f) {
+    Outcome<R> o;
+    try {
+        o.result = f();
+    } catch (const ShapeError& e) {
+        o.kind = "ShapeError", o.message = e.what();
+    } catch (const MaskError& e) {
+        o.kind = "MaskError", o.message = e.what();
+    } catch (const ValueError& e) {
+        o.kind = "ValueError", o.message = e.what();
+    } catch (const ConfigError& e) {
+        o.kind = "ConfigError", o.message = e.what();
+    } catch (const Error& e) {
+        o.kind = "Error", o.message = e.what();
+    } catch (const std::exception& e) {
+        fail(__FILE__, __LINE__, std::string("an exception outside attn::Error: ") + e.what());
+    }
+    return o;
+}
+
+// The same error kind, or results with bitwise the same output and weights.
+template <class R>
+void same_outcome(const Outcome<R>& a, const Outcome<R>& b, const std::string& what) {
+    ATTN_FUZZ_REQUIRE(a.kind == b.kind, what + ": '" + a.kind + "' (" + a.message + ") vs '" + b.kind + "' (" +
+                                            b.message + ")");
+    if (!a.result) return;
+    ATTN_FUZZ_REQUIRE(bitwise_equal(a.result->output, b.result->output), what + ": outputs differ in their bits");
+    ATTN_FUZZ_REQUIRE(a.result->weights.has_value() == b.result->weights.has_value(), what + ": weights returned by one only");
+    if (a.result->weights)
+        ATTN_FUZZ_REQUIRE(bitwise_equal(*a.result->weights, *b.result->weights), what + ": weights differ in their bits");
+}
+
 }  // namespace attn::fuzz

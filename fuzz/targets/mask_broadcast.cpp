@@ -9,41 +9,10 @@
 namespace attn::fuzz {
 namespace {
 
-// One outcome of a call: the result, or the error's kind and message.
 template <class T>
-struct Outcome {
-    std::optional<SdpaResult<T>> result;
-    std::string error_kind, message;
-};
-
-template <class T>
-Outcome<T> call(const Operand<T>& q, const Operand<T>& k, const Operand<T>& v, TensorView<const bool> allowed_mask,
-                const SdpaOptions& options) {
-    Outcome<T> o;
-    try {
-        o.result = run_candidate<T>(q.view, k.view, v.view, allowed_mask, options);
-    } catch (const ShapeError& e) {
-        o.error_kind = "ShapeError", o.message = e.what();
-    } catch (const MaskError& e) {
-        o.error_kind = "MaskError", o.message = e.what();
-    } catch (const ValueError& e) {
-        o.error_kind = "ValueError", o.message = e.what();
-    } catch (const Error& e) {
-        o.error_kind = "Error", o.message = e.what();
-    } catch (const std::exception& e) {
-        fail(__FILE__, __LINE__, std::string("an exception outside attn::Error: ") + e.what());
-    }
-    return o;
-}
-
-template <class T>
-void same_outcome(const Outcome<T>& a, const Outcome<T>& b, const std::string& what) {
-    ATTN_FUZZ_REQUIRE(a.error_kind == b.error_kind, what + ": '" + a.error_kind + "' (" + a.message + ") vs '" +
-                                                        b.error_kind + "' (" + b.message + ")");
-    if (!a.result) return;
-    ATTN_FUZZ_REQUIRE(bitwise_equal(a.result->output, b.result->output), what + ": outputs differ in their bits");
-    if (a.result->weights)
-        ATTN_FUZZ_REQUIRE(bitwise_equal(*a.result->weights, *b.result->weights), what + ": weights differ in their bits");
+Outcome<SdpaResult<T>> call(const Operand<T>& q, const Operand<T>& k, const Operand<T>& v,
+                            TensorView<const bool> allowed_mask, const SdpaOptions& options) {
+    return attempt<SdpaResult<T>>([&] { return run_candidate<T>(q.view, k.view, v.view, allowed_mask, options); });
 }
 
 // The mask's storage seen as a view of the full scores shape with stride 0 along every broadcast dim: the same
@@ -93,8 +62,8 @@ void run_broadcast(FuzzedDataProvider& in) {
 
     if (corrupt) {
         // Both shapes named, by sdpa and by broadcast_allowed_mask itself.
-        const Outcome<T> got = call<T>(q, k, v, mask.view, options);
-        ATTN_FUZZ_REQUIRE(got.error_kind == "ShapeError", "a non-broadcastable mask gave '" + got.error_kind + "' " + got.message);
+        const Outcome<SdpaResult<T>> got = call<T>(q, k, v, mask.view, options);
+        ATTN_FUZZ_REQUIRE(got.kind == "ShapeError", "a non-broadcastable mask gave '" + got.kind + "' " + got.message);
         if (candidate_is_library())
             ATTN_FUZZ_REQUIRE(contains(got.message, to_string(mask_shape)) && contains(got.message, to_string(scores)) &&
                                   got.message.rfind("sdpa: ", 0) == 0,
@@ -114,12 +83,12 @@ void run_broadcast(FuzzedDataProvider& in) {
     // The same mask three ways: as decoded (fewer dims, size-1 dims, chosen layout), stretched with stride 0 to the
     // full shape, and expanded to a contiguous copy by the model.
     const Tensor<bool> expanded = expand(mask.view, scores);
-    const Outcome<T> reference = call<T>(q, k, v, expanded.view(), options);
+    const Outcome<SdpaResult<T>> reference = call<T>(q, k, v, expanded.view(), options);
     same_outcome(call<T>(q, k, v, mask.view, options), reference, "broadcast mask vs its expanded copy");
     same_outcome(call<T>(q, k, v, stretched(mask.view, scores), options), reference,
                  "stride-0 mask vs its expanded copy");
-    ATTN_FUZZ_REQUIRE(reference.result || reference.error_kind == "MaskError",
-                      "a valid mask gave '" + reference.error_kind + "' " + reference.message);
+    ATTN_FUZZ_REQUIRE(reference.result || reference.kind == "MaskError",
+                      "a valid mask gave '" + reference.kind + "' " + reference.message);
 }
 
 // logical_and(a, b) has the broadcast shape and the model's elementwise and; a pair that does not broadcast is a

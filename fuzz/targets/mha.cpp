@@ -13,45 +13,6 @@
 namespace attn::fuzz {
 namespace {
 
-// The outcome of a call: a result, or the error's kind and message.
-template <class R>
-struct Outcome {
-    std::optional<R> result;
-    std::string kind, message;
-};
-
-template <class R, class F>
-Outcome<R> attempt(F&& f) {
-    Outcome<R> o;
-    try {
-        o.result = f();
-    } catch (const ShapeError& e) {
-        o.kind = "ShapeError", o.message = e.what();
-    } catch (const MaskError& e) {
-        o.kind = "MaskError", o.message = e.what();
-    } catch (const ValueError& e) {
-        o.kind = "ValueError", o.message = e.what();
-    } catch (const ConfigError& e) {
-        o.kind = "ConfigError", o.message = e.what();
-    } catch (const Error& e) {
-        o.kind = "Error", o.message = e.what();
-    } catch (const std::exception& e) {
-        fail(__FILE__, __LINE__, std::string("an exception outside attn::Error: ") + e.what());
-    }
-    return o;
-}
-
-template <class R>
-void same_outcome(const Outcome<R>& a, const Outcome<R>& b, const std::string& what) {
-    ATTN_FUZZ_REQUIRE(a.kind == b.kind, what + ": '" + a.kind + "' (" + a.message + ") vs '" + b.kind + "' (" +
-                                            b.message + ")");
-    if (!a.result) return;
-    ATTN_FUZZ_REQUIRE(bitwise_equal(a.result->output, b.result->output), what + ": outputs differ in their bits");
-    ATTN_FUZZ_REQUIRE(a.result->weights.has_value() == b.result->weights.has_value(), what + ": weights returned by one only");
-    if (a.result->weights)
-        ATTN_FUZZ_REQUIRE(bitwise_equal(*a.result->weights, *b.result->weights), what + ": weights differ in their bits");
-}
-
 void require_named(const std::string& message, const std::string& function) {
     ATTN_FUZZ_REQUIRE(message.rfind(function + ": ", 0) == 0, "the message does not name " + function + ": " + message);
 }
