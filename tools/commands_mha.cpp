@@ -73,14 +73,13 @@ int run_mha(const MhaArgs& args, const npy::Array& x_file) {
     if (!args.v_bias.empty()) mha.set_v_proj_bias(read(args.v_bias));
     if (!args.out_bias.empty()) mha.set_out_proj_bias(read(args.out_bias));
 
+    const SdpaOptions mapped = sdpa_options_from(std::nullopt, args.causal, args.empty_rows, !args.no_check_finite);
     MhaOptions options;
-    options.is_causal = !args.causal.empty();
-    options.alignment = args.causal == "bottom-right" ? CausalAlignment::BottomRight : CausalAlignment::TopLeft;
-    options.empty_rows = args.empty_rows == "zero" ? EmptyRowPolicy::Zero
-                         : args.empty_rows == "nan" ? EmptyRowPolicy::Nan
-                                                    : EmptyRowPolicy::Throw;
+    options.is_causal = mapped.is_causal;
+    options.alignment = mapped.alignment;
+    options.empty_rows = mapped.empty_rows;
     options.num_threads = args.num_threads;
-    options.check_finite = !args.no_check_finite;
+    options.check_finite = mapped.check_finite;
     options.weights = args.weights_path.empty() ? MhaWeights::None
                       : args.average_weights    ? MhaWeights::HeadAverage
                                                 : MhaWeights::PerHead;
