@@ -220,7 +220,7 @@ TEST_CASE("the oracle applies the library's contracts", "[oracle]") {
     }
 }
 
-TEST_CASE("ulp_distance: +0 == -0, NaN only matches NaN, Inf and sign mismatches are infinite", "[oracle][metrics]") {
+TEST_CASE("ulp_distance: +0 == -0, NaN only matches NaN, Inf mismatches are infinite, sign flips are measured", "[oracle][metrics]") {
     constexpr double inf = std::numeric_limits<double>::infinity();
     const float nan = std::numeric_limits<float>::quiet_NaN();
     CHECK(oracle::ulp_distance<float>(-0.0f, 0.0L) == 0);
@@ -228,7 +228,9 @@ TEST_CASE("ulp_distance: +0 == -0, NaN only matches NaN, Inf and sign mismatches
     CHECK(oracle::ulp_distance<float>(nan, 1.0L) == inf);
     CHECK(oracle::ulp_distance<float>(1.0f, static_cast<long double>(nan)) == inf);
     CHECK(oracle::ulp_distance<float>(std::numeric_limits<float>::infinity(), 1e30L) == inf);
-    CHECK(oracle::ulp_distance<float>(-1e-30f, 1e-30L) == inf);
+    // A sign flip is its distance: about 2^24 ulps for a normal float, 2 ulps for the smallest subnormals.
+    CHECK(oracle::ulp_distance<float>(-0x1p-100f, 0x1p-100L) == Approx(0x1p24));
+    CHECK(oracle::ulp_distance<float>(-0x1p-149f, 0x1p-149L) == Approx(2.0));
     CHECK(oracle::ulp_distance<float>(1.0f + 0x1p-23f, 1.0L) == Approx(1.0));
     CHECK(oracle::ulp_distance<double>(1.0, 1.0L + 0x1p-53L) == Approx(0.5));
     // Below the normal range the spacing is the subnormal one, not ulp(0) = 0.

@@ -9,7 +9,10 @@ namespace attn::oracle {
 
 // ULP distance between a computed T and an exact value, in ulps of T at the exact value (the spacing of T's
 // binade containing it; the subnormal spacing below the normal range): +0 == -0; NaN matches only an expected NaN
-// (distance 0), otherwise infinite; an Inf or sign mismatch (both nonzero, opposite signs) is infinite.
+// (distance 0), otherwise infinite; an Inf mismatch is infinite. Opposite signs are measured like any other
+// difference, |computed - exact| / spacing: a sign flip of a normal value is ~2^(digits) ulps, while two
+// subnormals of opposite sign one spacing from 0 are 2 ulps apart (an earlier "infinite" made a result that the
+// bound accepts look infinitely wrong).
 template <class T>
 double ulp_distance(T computed, long double exact);
 
