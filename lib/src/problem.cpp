@@ -179,22 +179,24 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
                          std::to_string(col) + ", a position some query reads (" + p.shapes +
                          "; disable check_finite to allow it)");
     };
+    // Strides read once: TensorView::stride checks its argument, which keeps it out of the inner loops.
+    const Index qs = p.q.stride(-1), ks = p.k.stride(-1), vs = p.v.stride(-1);
     for (Index b = 0; b < p.batch; ++b) {
         const Readability& r = all[static_cast<std::size_t>(b)];
         for (Index i = 0; i < p.Tq; ++i) {
             if (!r.row_nonempty[static_cast<std::size_t>(i)]) continue;
             const T* row = p.q_row(b, i);
             for (Index d = 0; d < p.Dk; ++d)
-                if (!finite(row[d * p.q.stride(-1)])) fail("q", p.q.shape(), b, i, d, row[d * p.q.stride(-1)]);
+                if (!finite(row[d * qs])) fail("q", p.q.shape(), b, i, d, row[d * qs]);
         }
         for (Index j = 0; j < p.Tk; ++j) {
             if (!r.key_readable[static_cast<std::size_t>(j)]) continue;
             const T* krow = p.k_row(b, j);
             for (Index d = 0; d < p.Dk; ++d)
-                if (!finite(krow[d * p.k.stride(-1)])) fail("k", p.k.shape(), b, j, d, krow[d * p.k.stride(-1)]);
+                if (!finite(krow[d * ks])) fail("k", p.k.shape(), b, j, d, krow[d * ks]);
             const T* vrow = p.v_row(b, j);
             for (Index d = 0; d < p.Dv; ++d)
-                if (!finite(vrow[d * p.v.stride(-1)])) fail("v", p.v.shape(), b, j, d, vrow[d * p.v.stride(-1)]);
+                if (!finite(vrow[d * vs])) fail("v", p.v.shape(), b, j, d, vrow[d * vs]);
         }
     }
     return all;

@@ -127,11 +127,15 @@ public:
 
 private:
     // A dim index (negative counts from the end) as a position, or ShapeError when out of range.
+    // The throw lives in a cold function so that dim(), stride() and axis() inline into hot loops.
     std::size_t axis(Index d) const {
         const Index a = d < 0 ? d + rank() : d;
-        if (a < 0 || a >= rank())
-            throw ShapeError("TensorView: dim " + std::to_string(d) + " out of range for shape " + to_string(shape_));
+        if (a < 0 || a >= rank()) [[unlikely]]
+            throw_bad_axis(d);
         return static_cast<std::size_t>(a);
+    }
+    [[noreturn, gnu::cold, gnu::noinline]] void throw_bad_axis(Index d) const {
+        throw ShapeError("TensorView: dim " + std::to_string(d) + " out of range for shape " + to_string(shape_));
     }
 
     T* data_ = nullptr;
