@@ -422,25 +422,28 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     const auto with_heads = [&](Index heads, Index a, Index b) { return with(leading, {heads, a, b}); };
     Shape output_shape = with(batch, {Tq, Dv}), weights_shape = with(batch, {Tq, Tk});
     if (q.rank() == 2 && k.rank() == 2 && v.rank() == 2) output_shape = {Tq, Dv}, weights_shape = {Tq, Tk};
-    if (H == 0 || B == 0) {  // no heads or no batch: SDPA's answer is empty too
-        SdpaResult<T> empty{Tensor<T>(output_shape), std::nullopt};
-        if (options.return_weights) empty.weights = Tensor<T>(weights_shape);
-        return empty;
-    }
     if (G > 1 && H % G != 0)
         throw ShapeError(function + ": q has H=" + str(H) + " heads, not a multiple of the G=" + str(G) + " kv heads" + shapes());
-
-    std::optional<Tensor<bool>> mask4;  // (B, H, Tq, Tk), contiguous
+    // The mask is checked before the empty-batch answer below: a mask that does not broadcast is an error whatever
+    // the batch holds, as in SDPA (found by the backends fuzzer: a [2,0,1,1] mask against scores [1,0,1,1]).
+    std::optional<TensorView<const bool>> mask_full;  // broadcast to (batch..., Tq, Tk)
     if (allowed_mask) {
         const Shape target = with(batch, {Tq, Tk});
         if (allowed_mask->rank() > static_cast<Index>(target.size()))
             throw ShapeError(function + ": allowed_mask has more dims than the scores " + to_string(target) + shapes());
         try {
-            mask4 = Tensor<bool>::copy_of(allowed_mask->broadcast_to(target, function, "allowed_mask")).reshaped({B, H, Tq, Tk});
+            mask_full = allowed_mask->broadcast_to(target, function, "allowed_mask");
         } catch (const ShapeError&) {
             throw ShapeError(function + ": allowed_mask does not broadcast to the scores " + to_string(target) + shapes());
         }
     }
+    if (H == 0 || B == 0) {  // no heads or no batch: SDPA's answer is empty too
+        SdpaResult<T> empty{Tensor<T>(output_shape), std::nullopt};
+        if (options.return_weights) empty.weights = Tensor<T>(weights_shape);
+        return empty;
+    }
+    std::optional<Tensor<bool>> mask4;  // (B, H, Tq, Tk), contiguous
+    if (mask_full) mask4 = Tensor<bool>::copy_of(*mask_full).reshaped({B, H, Tq, Tk});
     // Lay the heads out as the module's projected width: x (B, T, heads*D), x[b, t, h*D + d] = in[b, h, t, d].
     const auto pack = [&](TensorView<const T> view, Index heads, Index Tn, Index D) {
         // (leading..., heads, Tn, D) contiguous, i.e. (B, heads, Tn, D) in memory.

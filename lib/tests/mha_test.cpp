@@ -798,6 +798,11 @@ TEST_CASE("zero-size batches, queries and keys give empty or policy-defined outp
                                     std::nullopt, with_weights);
     CHECK(none.output.shape() == Shape{2, 0, 3, 2});
     CHECK(none.weights->shape() == Shape{2, 0, 3, 5});
+    // An empty batch does not excuse a mask that does not broadcast to the scores (as in SDPA).
+    const Tensor<float> q0({1, 0, 1, 1}), k0({1, 0, 1, 1}), v0({1, 0, 1, 4});
+    const Tensor<bool> wrong({2, 0, 1, 1});
+    CHECK_THROWS_AS(scaled_dot_product_attention(q0.view(), k0.view(), v0.view(), wrong.view()), ShapeError);
+    CHECK_THROWS_AS(mha_sdpa_path(q0, k0, v0, wrong.view()), ShapeError);
 }
 
 TEST_CASE("mha_sdpa_path takes SDPA's broadcast ranks: unbatched, 3-D, broadcast heads and masks", "[mha][sdpa_path]") {
