@@ -63,7 +63,7 @@ inline oracle::ErrorModel candidate_error_model(const SdpaOptions& options) {
 #if ATTN_FUZZ_HAVE_SUITE
     if (const suite::Implementation* impl = candidate_implementation()) return impl->error_model;
 #endif
-    return options.backend == Backend::Tiled ? oracle::tiled_model(tiled_key_block) : oracle::reference_model();
+    return options.backend == Backend::Tiled ? oracle::library_tiled_model() : oracle::reference_model();
 }
 
 // The candidate's output (and weights, when returned) against the oracle: error <= bound everywhere.

@@ -60,7 +60,7 @@ std::vector<Implementation> build() {
                                   Backend::Reference, oracle::reference_model()));
     // The oracle's model of the tiled kernel, with the kernel's key block (attn/tiled.hpp).
     all.push_back(library_backend("tiled", "the library's tiled backend (online softmax over key blocks, Highway exp)",
-                                  Backend::Tiled, oracle::tiled_model(tiled_kernel_info.key_block)));
+                                  Backend::Tiled, oracle::library_tiled_model()));
     Implementation mha;
     mha.name = "mha";
     mha.description = "SDPA inputs through MultiHeadAttention's head split, SDPA core and head merge (mha_sdpa_path)";

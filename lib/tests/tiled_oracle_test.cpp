@@ -17,15 +17,6 @@ using namespace attn;
 
 namespace {
 
-// The oracle's model of the tiled kernel, from the kernel's own description of its structure.
-oracle::ErrorModel tiled_error_model() {
-    oracle::ErrorModel m = oracle::tiled_model(tiled_kernel_info.key_block);
-    m.exp_ulps = tiled_kernel_info.exp_max_ulps;
-    m.scale_folded_into_q = tiled_kernel_info.scale_folded_into_q;
-    m.scale_roundings = 1;  // static_cast<T>(scale), applied as the micro-kernel's alpha
-    return m;
-}
-
 // One documented place for the number of cases (the oracle dominates the run time).
 constexpr int oracle_cases = 24;
 
@@ -66,7 +57,7 @@ void run_cases(std::uint64_t seed) {
         INFO(cfg.str());
 
         oracle::OracleOptions oo;
-        oo.model = tiled_error_model();
+        oo.model = oracle::library_tiled_model();
         const oracle::Result<T> exact_tiled = oracle::scaled_dot_product_attention<T>(q, k, v, am, options, oo);
         oo.model = oracle::reference_model();
         const oracle::Result<T> exact_reference = oracle::scaled_dot_product_attention<T>(q, k, v, am, options, oo);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "attn/problem.hpp"
+#include "attn/tiled.hpp"
 #include "engine.hpp"
 #include "types.hpp"
 
@@ -44,6 +45,14 @@ ErrorModel tiled_model(Index key_block) {
     m.key_block = key_block;  // one rescaling per key block
     m.scale_folded_into_q = true;
     m.scale_roundings = 2;  // static_cast<T>(scale), possibly times log2(e)
+    return m;
+}
+
+ErrorModel library_tiled_model() {
+    ErrorModel m = tiled_model(tiled_kernel_info.key_block);
+    m.exp_ulps = tiled_kernel_info.exp_max_ulps;
+    m.scale_folded_into_q = tiled_kernel_info.scale_folded_into_q;
+    m.scale_roundings = 1;  // static_cast<T>(scale), applied as the micro-kernel's alpha
     return m;
 }
 

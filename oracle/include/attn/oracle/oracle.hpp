@@ -23,8 +23,12 @@ struct ErrorModel {
 // A conservative model for a kernel whose structure is unknown (any summation order, folded scale, rescaling
 // after every key, exp within 4 ulps).
 ErrorModel generic_model();
-// The library's backends, as documented in lib/ (reference: BLIS dot products, scale after, glibc exp).
+// The library's backends, as documented in lib/ (reference: BLIS dot products, scale after, glibc exp; tiled:
+// exactly attn::tiled_kernel_info, i.e. its key block, Highway's 1-ulp Exp, the scale as the micro-kernel's alpha).
 ErrorModel reference_model();
+ErrorModel library_tiled_model();
+// Any online-softmax kernel with the given key block, e.g. one of yours for `attn check --model tiled`: exp within
+// 1 ulp, and the scale possibly folded into q together with log2(e) (two more roundings than library_tiled_model).
 ErrorModel tiled_model(Index key_block);
 // "generic", "reference" or "tiled" (tiled with the given key block); ConfigError otherwise.
 ErrorModel model_by_name(const std::string& name, Index key_block = 64);
