@@ -55,11 +55,12 @@ struct RunOptions {
 };
 
 // The same suite built with ASan + UBSan (preset debug-asan, build/debug-asan), without the long-running
-// labels: under the sanitizers the properties and mutants would take most of CI's budget.
+// labels: under the sanitizers the properties and mutants would take most of CI's budget, and the fuzz smoke run
+// is the same clang ASan/UBSan build and seed that the plain `attn test` already ran.
 std::string sanitizer_command(const std::string& label) {
     const std::string src = std::string("'") + ATTN_SOURCE_DIR + "'";
     return "cd " + src + " && cmake --preset debug-asan >/dev/null && cmake --build --preset debug-asan -j 2 && " +
-           "ctest --preset debug-asan -j 2 " + (label.empty() ? "-LE 'properties|slow'" : "-L '" + label + "'");
+           "ctest --preset debug-asan -j 2 " + (label.empty() ? "-LE 'properties|slow|fuzz-smoke'" : "-L '" + label + "'");
 }
 
 }  // namespace
