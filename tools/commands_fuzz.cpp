@@ -119,6 +119,7 @@ int build_fuzz_preset(const Paths& paths, int jobs) {
     std::string targets;
     std::istringstream names(read_text(paths.fuzz_build / "fuzz" / "targets.txt"));
     for (std::string t; names >> t;) targets += " fuzz_" + t;
+    targets += " fuzz_leak_check";
     std::cout << "attn fuzz: building" << targets << " (clang, libFuzzer, sanitizers)\n";
     return run(cd + "cmake --build " + quote(paths.fuzz_build) + " -j " + std::to_string(std::max(jobs, 1)) +
                " --target" + targets);
@@ -154,7 +155,10 @@ fs::path save_finding(const Paths& paths, const std::string& target, const fs::p
                 quote(minimised) + " " + quote(artifact));
         if (fs::exists(minimised) && fs::file_size(minimised) > 0) input = minimised;
     }
-    const std::string symptom = symptom_of(capture(quote(paths.fuzzer(target)) + " " + quote(input)).second);
+    std::string symptom = symptom_of(capture(quote(paths.fuzzer(target)) + " " + quote(input)).second);
+    if (symptom == "(no symptom line found)" && kind != "crash")
+        symptom = "libFuzzer " + kind + " during the run; this input alone does not reproduce it (memory or time " +
+                  "accumulated over many executions: see the worker log under " + paths.runs(target).string() + ")";
     fs::create_directories(paths.regressions(target));
     const fs::path saved = paths.regressions(target) / artifact.filename();
     fs::copy_file(input, saved, fs::copy_options::overwrite_existing);
@@ -226,6 +230,13 @@ int smoke(const Paths& paths, const std::vector<std::string>& targets, int runs,
             ++failures;
             std::cout << "    " << symptom_of(output) << "\n";
         }
+    }
+    // The heap must not grow from call to call on any path (a leak no single fuzz input reveals).
+    const auto [leak_rc, leak_output] = capture(quote(paths.fuzz_build / "fuzz" / "fuzz_leak_check"));
+    std::cout << leak_output;
+    if (leak_rc != 0) {
+        ++failures;
+        std::cout << "  leak check FAILED (exit " << leak_rc << ")\n";
     }
     return failures == 0 ? 0 : 1;
 }

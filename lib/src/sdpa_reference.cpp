@@ -40,8 +40,15 @@ void parallel_for(Index count, const SdpaOptions& options, const std::function<v
     std::exception_ptr first_error;
     Index first_index = count;
     const int threads = thread_count(options);
-    // A single item gains nothing from a team, and idle OpenMP workers spin-wait on a loaded machine.
-#pragma omp parallel for schedule(static) num_threads(threads) if (count > 1 && threads > 1)
+    // A single item gains nothing from a team, and idle OpenMP workers spin-wait on a loaded machine. No OpenMP
+    // construct at all then, not even a serialized region (`if (false)`): built with clang's libomp next to
+    // Debian's OpenMP BLIS (libgomp), every BLIS call inside a serialized region leaked ~200 bytes (the mha fuzzer
+    // reached its 4 GB limit; plain loops of bli_sgemm_ex inside `omp parallel for if (false)` reproduce it).
+    if (count <= 1 || threads <= 1) {
+        for (Index i = 0; i < count; ++i) body(i);  // the lowest failing item throws first, as below
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(threads)
     for (Index i = 0; i < count; ++i) {
         try {
             body(i);

@@ -319,9 +319,13 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
 // dynamic schedule; which thread runs an item never changes its result.
 template <class F>
 void parallel_for_dynamic(Index count, int threads, const F& body) {
+    if (count <= 1 || threads <= 1) {  // no serialized OpenMP region: see parallel_for in sdpa_reference.cpp
+        for (Index i = 0; i < count; ++i) body(i);
+        return;
+    }
     std::exception_ptr first_error;
     Index first_index = count;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (count > 1 && threads > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (Index i = 0; i < count; ++i) {
         try {
             body(i);
