@@ -14,3 +14,19 @@ function(attn_add_test name)
     set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
   endif()
 endfunction()
+
+# The Highway targets the dispatching build compiles on x86-64 (sdpa_tiled.cpp; HWY_WANT_AVX3_DL in
+# lib/CMakeLists.txt adds AVX3_DL), best first. attn_tiled_test checks that this list is exactly
+# attn::simd_targets_compiled(), so it cannot go stale.
+set(ATTN_SIMD_TARGETS AVX3_DL AVX3 AVX2 SSE4 SSSE3 SCALAR)
+
+# attn_add_simd_tests(NAME [ENVIRONMENT ...] [LABELS ...] COMMAND ...): one ctest test per SIMD target, NAME_simd_<T>,
+# running COMMAND with ATTN_SIMD_TARGET=<T> (the tiled kernel dispatches to T); skipped where the CPU lacks T.
+function(attn_add_simd_tests name)
+  cmake_parse_arguments(ARG "" "" "ENVIRONMENT;LABELS;COMMAND" ${ARGN})
+  foreach(target ${ATTN_SIMD_TARGETS})
+    add_test(NAME ${name}_simd_${target} COMMAND ${ARG_COMMAND} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(${name}_simd_${target} PROPERTIES SKIP_RETURN_CODE 77 LABELS "simd;${ARG_LABELS}"
+                         ENVIRONMENT "ATTN_SIMD_TARGET=${target};${ARG_ENVIRONMENT}")
+  endforeach()
+endfunction()

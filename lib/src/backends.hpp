@@ -1,6 +1,7 @@
 // Internal: the kernels behind scaled_dot_product_attention, all fed the same validated problem.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,6 +26,13 @@ void sdpa_tiled(const SdpaProblem<T>& problem, const std::vector<Readability>& r
 // x[i] = exp(x[i]) for i < n with the exp the tiled kernel uses (Highway's Exp), so its accuracy can be measured.
 template <class T>
 void tiled_exp(T* x, Index n);
+
+// SIMD dispatch of the tiled kernel (sdpa_tiled.cpp): the Highway targets compiled in (a HWY_TARGETS mask) and
+// the one HWY_DYNAMIC_DISPATCH runs now (a single target bit).
+std::int64_t simd_compiled_targets();
+std::int64_t simd_dispatched_target();
+// Applies ATTN_SIMD_TARGET (attn/machine.hpp) once, before the first dispatch; cheap afterwards.
+void apply_simd_target_from_environment();
 
 // Output row (Dv) and weights row (Tk, may be null) of a query with no allowed key: 0 under Zero, NaN under Nan.
 template <class T>

@@ -5,6 +5,12 @@
 
 namespace attn::detail {
 
+std::string blis_version() { return bli_info_get_version_str(); }
+std::string blis_arch() {
+    bli_init();
+    return bli_arch_string(bli_arch_query_id());
+}
+
 namespace {
 rntm_t single_thread() {
     rntm_t rntm = BLIS_RNTM_INITIALIZER;
@@ -93,6 +99,5 @@ template void packed_gemm<float>(Index, Index, Index, float, const float*, Index
 template void packed_gemm<double>(Index, Index, Index, double, const double*, Index, const double*, Index, double,
                                   double*, Index, Index, Index, Index);
 
-const char* blis_version() { return bli_info_get_version_str(); }
 
 }  // namespace attn::detail

@@ -1,9 +1,16 @@
 // Internal: the library's one doorway to BLIS (general-stride gemm, single-threaded per call).
 #pragma once
 
+#include <string>
+
 #include "attn/tensor.hpp"
 
 namespace attn::detail {
+
+// BLIS as this process runs it: its version and the architecture configuration it selected for this CPU at run
+// time (e.g. "skx", "zen3", "haswell"), which decides the micro-kernels and so the bits.
+std::string blis_version();
+std::string blis_arch();
 
 // C (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * C, with row and column strides for every
 // operand (BLIS's typed API, so transposed and strided views need no copy). Runs on the calling thread
@@ -29,8 +36,5 @@ MicroTile micro_tile();
 template <class T>
 void packed_gemm(Index m_panels, Index n_panels, Index k, T alpha, const T* a, Index ps_a, const T* b, Index ps_b,
                  T beta, T* c, Index rs_c, Index cs_c, Index ts_m, Index ts_n);
-
-// BLIS's version string, for reports.
-const char* blis_version();
 
 }  // namespace attn::detail

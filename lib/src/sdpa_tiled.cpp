@@ -10,6 +10,13 @@
 // batch element and thread (readable keys only), q once per item.
 // Memory per thread: packed k and v (n readable keys x D), packed q and acc (Bq x D), scores (Bq x Bk).
 // The rounding structure is documented in attn/tiled.hpp (TiledKernelInfo).
+//
+// Runtime dispatch: this file includes itself once per Highway target (hwy/foreach_target.h), so the whole kernel,
+// packing loops included, is compiled for SSSE3, SSE4, AVX2, AVX3 (AVX-512) and AVX3_DL, plus a scalar fallback;
+// HWY_DYNAMIC_DISPATCH picks the best one this CPU supports on the first call (attn/machine.hpp can force a
+// lower one). No -march flag is needed. Within one target the bits do not depend on the thread count; across
+// targets they may differ (an FMA where an older target multiplies then adds, Exp's polynomial), which the error
+// model covers: every target's Exp is measured within tiled_exp_max_ulps (lib/tests/tiled_test.cpp).
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -20,14 +27,20 @@
 #endif
 
 #include <hwy/aligned_allocator.h>
-#include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
 #include "attn/tiled.hpp"
 #include "backends.hpp"
 #include "gemm.hpp"
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "sdpa_tiled.cpp"  // found through lib/src on the include path
+#include <hwy/foreach_target.h>  // must come before highway.h
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+HWY_BEFORE_NAMESPACE();
 namespace attn::detail {
+namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
@@ -340,10 +353,8 @@ void parallel_for_dynamic(Index count, int threads, const F& body) {
     if (first_error) std::rethrow_exception(first_error);
 }
 
-}  // namespace
-
 template <class T>
-void sdpa_tiled(const SdpaProblem<T>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
+void sdpa_tiled_impl(const SdpaProblem<T>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
                 T* output) {
     const MicroTile mt = micro_tile<T>();
     Layout base{};
@@ -388,7 +399,7 @@ void sdpa_tiled(const SdpaProblem<T>& p, const std::vector<Readability>& readabl
 }
 
 template <class T>
-void tiled_exp(T* x, Index n) {
+void tiled_exp_impl(T* x, Index n) {
     const hn::ScalableTag<T> d;
     const Index N = static_cast<Index>(hn::Lanes(d));
     Index i = 0;
@@ -397,11 +408,61 @@ void tiled_exp(T* x, Index n) {
     for (; i < n; ++i) hn::StoreU(hn::Exp(d1, hn::LoadU(d1, x + i)), d1, x + i);
 }
 
-template void tiled_exp<float>(float*, Index);
-template void tiled_exp<double>(double*, Index);
-template void sdpa_tiled<float>(const SdpaProblem<float>&, const std::vector<Readability>&, const SdpaOptions&,
-                                float*);
-template void sdpa_tiled<double>(const SdpaProblem<double>&, const std::vector<Readability>&, const SdpaOptions&,
-                                 double*);
+}  // namespace
+
+// The per-target entry points HWY_EXPORT tabulates (plain functions: the table cannot hold templates).
+void sdpa_tiled_float(const SdpaProblem<float>& p, const std::vector<Readability>& r, const SdpaOptions& o, float* out) {
+    sdpa_tiled_impl(p, r, o, out);
+}
+void sdpa_tiled_double(const SdpaProblem<double>& p, const std::vector<Readability>& r, const SdpaOptions& o,
+                       double* out) {
+    sdpa_tiled_impl(p, r, o, out);
+}
+void tiled_exp_float(float* x, Index n) { tiled_exp_impl(x, n); }
+void tiled_exp_double(double* x, Index n) { tiled_exp_impl(x, n); }
+std::int64_t compiled_target() { return HWY_TARGET; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn::detail {
+
+HWY_EXPORT(sdpa_tiled_float);
+HWY_EXPORT(sdpa_tiled_double);
+HWY_EXPORT(tiled_exp_float);
+HWY_EXPORT(tiled_exp_double);
+HWY_EXPORT(compiled_target);
+
+template <>
+void sdpa_tiled<float>(const SdpaProblem<float>& p, const std::vector<Readability>& r, const SdpaOptions& o,
+                       float* out) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(sdpa_tiled_float)(p, r, o, out);
+}
+template <>
+void sdpa_tiled<double>(const SdpaProblem<double>& p, const std::vector<Readability>& r, const SdpaOptions& o,
+                        double* out) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(sdpa_tiled_double)(p, r, o, out);
+}
+template <>
+void tiled_exp<float>(float* x, Index n) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(tiled_exp_float)(x, n);
+}
+template <>
+void tiled_exp<double>(double* x, Index n) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(tiled_exp_double)(x, n);
+}
+
+std::int64_t simd_compiled_targets() { return HWY_TARGETS; }
+std::int64_t simd_dispatched_target() {
+    apply_simd_target_from_environment();
+    return HWY_DYNAMIC_DISPATCH(compiled_target)();
+}
 
 }  // namespace attn::detail
+#endif  // HWY_ONCE

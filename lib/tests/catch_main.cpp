@@ -1,3 +1,29 @@
-// The one Catch2 main shared by every test executable.
-#define CATCH_CONFIG_MAIN
+// The one Catch2 main shared by every test executable. Under ATTN_SIMD_TARGET=<name> (ctest's per-target runs)
+// the tiled kernel runs that Highway target; a target this CPU cannot run skips the test (exit 77, ctest's
+// SKIP_RETURN_CODE) and a name that is no compiled target fails it.
+#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "attn/machine.hpp"
+
+int main(int argc, char** argv) {
+    if (const char* name = std::getenv("ATTN_SIMD_TARGET"); name && *name) {
+        const auto has = [&](const std::vector<std::string>& xs) { return std::find(xs.begin(), xs.end(), name) != xs.end(); };
+        if (!has(attn::simd_targets_compiled())) {
+            std::cerr << "ATTN_SIMD_TARGET=" << name << " is not a SIMD target of this build\n";
+            return 2;
+        }
+        if (!has(attn::simd_targets())) {
+            std::cout << "skipped: this CPU cannot run SIMD target " << name << " (it runs "
+                      << attn::numerics_fingerprint().simd_supported << ")\n";
+            return 77;
+        }
+        std::cout << "tiled kernel on SIMD target " << attn::simd_target() << "\n";
+    }
+    return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,103 @@
+// attn/machine.hpp: SIMD target dispatch and the numerics fingerprint.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/machine.hpp"
+#include "error_message.hpp"
+
+using namespace attn;
+using attn::test::error_message;
+
+namespace {
+
+std::vector<std::string> words(const std::string& s) {
+    std::istringstream in(s);
+    std::vector<std::string> out;
+    for (std::string w; in >> w;) out.push_back(w);
+    return out;
+}
+
+// Restores the best target when a test section ends, whatever it forced.
+struct BestTargetAfter {
+    ~BestTargetAfter() { force_simd_target(""); }
+};
+
+}  // namespace
+
+TEST_CASE("the library compiles exactly the SIMD targets that ctest runs the tiled tests under", "[machine]") {
+    // ATTN_SIMD_TARGETS (cmake/AttnHelpers.cmake) names a ctest test per target; a target Highway compiles but
+    // ctest does not list would go untested.
+    CHECK(simd_targets_compiled() == words(ATTN_SIMD_TARGETS_CMAKE));
+}
+
+TEST_CASE("the usable SIMD targets are the compiled ones this CPU runs, best first, ending in the fallback",
+          "[machine]") {
+    const std::vector<std::string> usable = simd_targets(), compiled = simd_targets_compiled();
+    REQUIRE(!usable.empty());
+    CHECK(usable.back() == compiled.back());  // the portable fallback runs everywhere
+    std::size_t at = 0;
+    for (const std::string& t : usable) {  // a subsequence of the compiled list: same order
+        while (at < compiled.size() && compiled[at] != t) ++at;
+        CHECK(at < compiled.size());
+    }
+    if (std::getenv("ATTN_SIMD_TARGET") == nullptr) CHECK(simd_target() == usable.front());
+}
+
+TEST_CASE("forcing a SIMD target changes the dispatched target and the fingerprint, and '' restores the best",
+          "[machine]") {
+    BestTargetAfter restore;
+    force_simd_target("");
+    const std::string best = simd_target();
+    const std::string best_id = numerics_fingerprint().id();
+    for (const std::string& t : simd_targets()) {
+        force_simd_target(t);
+        CHECK(simd_target() == t);
+        const NumericsFingerprint f = numerics_fingerprint();
+        CHECK(f.simd_chosen == t);
+        CHECK((f.id() == best_id) == (t == best));
+        // tiled still computes the same attention (closeness to reference is the tiled tests' job; here: it runs)
+        Tensor<float> q({1, 1, 2, 4}), k({1, 1, 3, 4}), v({1, 1, 3, 2});
+        for (Index i = 0; i < q.numel(); ++i) q[i] = 0.25f * float(i);
+        for (Index i = 0; i < k.numel(); ++i) k[i] = 0.5f - 0.125f * float(i);
+        for (Index i = 0; i < v.numel(); ++i) v[i] = float(i);
+        SdpaOptions o;
+        o.backend = Backend::Tiled;
+        const auto out = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, o).output;
+        for (Index i = 0; i < out.numel(); ++i) CHECK(std::isfinite(out[i]));
+    }
+    force_simd_target("best");
+    CHECK(simd_target() == best);
+    CHECK(numerics_fingerprint().id() == best_id);
+}
+
+TEST_CASE("an unknown or unsupported SIMD target is a ConfigError that lists the choices", "[machine][errors]") {
+    BestTargetAfter restore;
+    const std::string msg = error_message<ConfigError>([] { force_simd_target("NEON"); });
+    CHECK_THAT(msg, Catch::Contains("force_simd_target: 'NEON'"));
+    CHECK_THAT(msg, Catch::Contains(simd_targets().front()));
+}
+
+TEST_CASE("the numerics fingerprint names the machine, and its id is stable and ignores the thread count",
+          "[machine]") {
+    const NumericsFingerprint a = numerics_fingerprint(), b = numerics_fingerprint();
+    CHECK(a.id() == b.id());
+    for (const auto& [name, value] : a.fields()) {
+        INFO(name);
+        CHECK(!value.empty());
+    }
+    CHECK(a.simd_chosen == simd_target());
+    CHECK(!a.blis_arch.empty());
+    NumericsFingerprint c = a;
+    c.threads = a.threads + 7;
+    CHECK(c.id() == a.id());
+    c.blis_arch += "x";
+    CHECK(c.id() != a.id());
+    // file-name safe: lower-case letters, digits, '-' and '_'
+    for (char ch : a.id()) CHECK(((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'));
+}
