@@ -51,6 +51,9 @@ Action add_oracle_commands(CLI::App& app);
 // `attn mha`: multi-head attention on .npy files, PyTorch parameter layouts (commands_mha.cpp).
 Action add_mha_command(CLI::App& app);
 
+// `attn info [--json]`: the numerics fingerprint (commands_info.cpp).
+Action add_info_command(CLI::App& app);
+
 // `attn bench [--quick] [--json FILE]`: speed and memory of the backends (commands_bench.cpp).
 Action add_bench_command(CLI::App& app);
 

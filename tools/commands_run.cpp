@@ -16,8 +16,14 @@ namespace attn::cli {
 
 namespace {
 
+// Parallel jobs for builds and ctest: every core this process may use.
+std::string jobs() {
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return std::to_string(n > 0 ? n : 1);
+}
+
 std::string ctest_command(const std::string& extra) {
-    return std::string("ctest --test-dir '") + ATTN_BINARY_DIR + "' --output-on-failure -j 2 " + extra;
+    return std::string("ctest --test-dir '") + ATTN_BINARY_DIR + "' --output-on-failure -j " + jobs() + " " + extra;
 }
 
 // This program's own path, so stages run as `attn <subcommand>` in child processes.
@@ -59,8 +65,8 @@ struct RunOptions {
 // is the same clang ASan/UBSan build and seed that the plain `attn test` already ran.
 std::string sanitizer_command(const std::string& label) {
     const std::string src = std::string("'") + ATTN_SOURCE_DIR + "'";
-    return "cd " + src + " && cmake --preset debug-asan >/dev/null && cmake --build --preset debug-asan -j 2 && " +
-           "ctest --preset debug-asan -j 2 " + (label.empty() ? "-LE 'properties|slow|fuzz-smoke'" : "-L '" + label + "'");
+    return "cd " + src + " && cmake --preset debug-asan >/dev/null && cmake --build --preset debug-asan -j " + jobs() +
+           " && ctest --preset debug-asan -j " + jobs() + " " + (label.empty() ? "-LE 'properties|slow|fuzz-smoke'" : "-L '" + label + "'");
 }
 
 }  // namespace

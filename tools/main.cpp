@@ -1,13 +1,19 @@
 // attn: the command-line program (tests, verification, and attention on .npy files).
+#include <cstdlib>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "attn/error.hpp"
+#include "attn/machine.hpp"
 #include "commands.hpp"
 
 int main(int argc, char** argv) {
     CLI::App app{"attn: a verified attention library and its verification suite"};
     app.require_subcommand(1);
+    std::string simd_target;
+    app.add_option("--simd-target", simd_target,
+                   "Run the tiled kernel on this SIMD target (attn info lists them); child processes inherit it");
     // One line per command family; each action answers not_mine unless its subcommand was parsed.
     const std::vector<attn::cli::Action> actions = {
         attn::cli::add_run_commands(app),
@@ -18,6 +24,7 @@ int main(int argc, char** argv) {
         attn::cli::add_mha_command(app),
         attn::cli::add_bench_command(app),
         attn::cli::add_fuzz_command(app),
+        attn::cli::add_info_command(app),
     };
     try {
         app.parse(argc, argv);
@@ -25,6 +32,10 @@ int main(int argc, char** argv) {
         return app.exit(e) == 0 ? 0 : 2;
     }
     try {
+        if (!simd_target.empty()) {
+            attn::force_simd_target(simd_target);  // checks the name before the environment carries it on
+            setenv("ATTN_SIMD_TARGET", simd_target.c_str(), 1);
+        }
         for (const auto& action : actions) {
             const int code = action();
             if (code != attn::cli::not_mine) return code;

@@ -38,14 +38,21 @@ struct Run {
     std::string stderr_text;  // stderr
 };
 
-// `attn ARGS` with stdout and stderr captured in the scratch directory.
-inline Run run_attn(const Scratch& scratch, const std::string& args) {
-    const std::string command = std::string("'") + ATTN_CLI_PATH + "' " + args + " >'" + (scratch / "stdout.txt") +
-                                "' 2>'" + (scratch / "stderr.txt") + "'";
+// A shell command with stdout and stderr captured in the scratch directory.
+inline Run run_shell(const Scratch& scratch, const std::string& shell_command) {
+    const std::string command =
+        "(" + shell_command + ") >'" + (scratch / "stdout.txt") + "' 2>'" + (scratch / "stderr.txt") + "'";
     const int status = std::system(command.c_str());
     REQUIRE(status != -1);
     REQUIRE(WIFEXITED(status));
     return {WEXITSTATUS(status), slurp(scratch / "stdout.txt"), slurp(scratch / "stderr.txt")};
 }
+
+#ifdef ATTN_CLI_PATH
+// `attn ARGS` (the built program) with stdout and stderr captured in the scratch directory.
+inline Run run_attn(const Scratch& scratch, const std::string& args) {
+    return run_shell(scratch, std::string("'") + ATTN_CLI_PATH + "' " + args);
+}
+#endif
 
 }  // namespace attn::test
