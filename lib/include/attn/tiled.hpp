@@ -17,7 +17,10 @@ namespace attn {
 //   5. acc = fl(c acc) + sum_j p_j v_j                  BLIS micro-kernel: sequential FMA sum over the block's keys
 //   6. out = acc / l
 // Every step is element-wise per query (one SIMD lane per query), so neither the vector width nor the thread
-// count changes a bit of the result.
+// count changes a bit of the result on one SIMD target. The kernel is compiled for every Highway target and
+// dispatched at run time (attn/machine.hpp); targets may round differently (an FMA where an older target
+// multiplies and adds, Exp's own polynomial), which steps 1-6 allow: the error model counts every operation as
+// rounded and Exp's error is measured within exp_max_ulps on each target (lib/tests/tiled_test.cpp).
 struct TiledKernelInfo {
     Index query_block;          // query rows per task
     Index key_block;            // keys per online-softmax step
