@@ -20,6 +20,7 @@
 #endif
 
 #include "attn/attn.hpp"
+#include "attn/machine.hpp"
 #include "gemm.hpp"
 
 namespace {
@@ -211,6 +212,11 @@ int main(int argc, char** argv) {
     benchmark::Initialize(&n, args.data());
     if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
     register_all(quick, reps);
+    // The machine in the JSON's context: the SIMD target the tiled kernel dispatches to and the BLIS kernels decide
+    // the speed as well as the bits, so figures compare only between runs of the same fingerprint.
+    const attn::NumericsFingerprint fingerprint = attn::numerics_fingerprint();
+    benchmark::AddCustomContext("attn_fingerprint", fingerprint.id());
+    for (const auto& [name, value] : fingerprint.fields()) benchmark::AddCustomContext("attn_" + name, value);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -121,6 +121,12 @@ Action add_bench_command(CLI::App& app) {
             raw_json = json::parse(in);
         }
         std::filesystem::remove(raw);
+        // The benchmark program records the numerics fingerprint in its context (and so in --json's "context").
+        const json context = raw_json.value("context", json::object());
+        if (context.contains("attn_fingerprint"))
+            std::cout << "\nmachine: fingerprint " << context.value("attn_fingerprint", "") << " (SIMD "
+                      << context.value("attn_simd_chosen", "?") << ", BLIS " << context.value("attn_blis_arch", "?")
+                      << ")\n";
 
         // Repetitions of one benchmark share its run_name.
         std::map<std::string, Row> by_name;
@@ -238,7 +244,7 @@ Action add_bench_command(CLI::App& app) {
         if (!json_path.empty()) {
             std::ofstream out(json_path);
             out << json{{"quick", quick}, {"rows", rows}, {"memory", memory},
-                        {"context", raw_json.value("context", json::object())}}
+                        {"context", context}}
                        .dump(2)
                 << "\n";
             std::cout << "\nwrote " << json_path << "\n";

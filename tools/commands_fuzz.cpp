@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/machine.hpp"
 #include "commands.hpp"
 
 namespace attn::cli {
@@ -99,6 +100,17 @@ std::string symptom_of(const std::string& text) {
     return "(no symptom line found)";
 }
 
+// The numerics fingerprint and its fields, each field after `separator`, for the top of every log and table this
+// command leaves. It is this program's; the fuzz targets run on the same CPU, SIMD targets, BLIS and C library, but
+// are built by clang with sanitizers, so their compiler and flags differ.
+std::string fingerprint_text(const std::string& separator) {
+    const NumericsFingerprint f = numerics_fingerprint();
+    std::string out = "numerics fingerprint " + f.id() + " (of this attn program; the fuzz build's compiler and "
+                      "flags differ)";
+    for (const auto& [name, value] : f.fields()) out += separator + name + ": " + value;
+    return out;
+}
+
 struct Paths {
     fs::path source, release, fuzz_build;
     fs::path fuzzer(const std::string& target) const { return fuzz_build / "fuzz" / ("fuzz_" + target); }
@@ -178,6 +190,7 @@ TargetReport fuzz_target(const Paths& paths, const std::string& target, const Fu
     fs::create_directories(fresh);
     fs::create_directories(artifacts);
     fs::create_directories(paths.corpus(target));
+    std::ofstream(work / "fingerprint.txt") << fingerprint_text("\n  ") << "\n";
     const int seconds = std::max(1, static_cast<int>(s.minutes * 60));
     std::cout << "attn fuzz: " << target << " for " << seconds << " s on " << s.jobs << " worker(s), log in " << work
               << "\n";
@@ -293,6 +306,7 @@ int mutant_table(const Paths& paths, const std::vector<std::string>& targets, do
     }
     const fs::path out = paths.fuzz_build / "mutant_kills.md";
     std::ofstream(out) << "# Mutants under the fuzzers (" << seconds << " s budget each, seed 1, committed corpus)\n\n"
+                       << "Machine: " << fingerprint_text("; ") << ".\n\n"
                        << table.str() << "\n" << names.size() - static_cast<std::size_t>(survivors) << " of "
                        << names.size() << " mutants killed.\n";
     std::cout << "\nattn fuzz: " << names.size() - static_cast<std::size_t>(survivors) << " of " << names.size()
@@ -323,6 +337,7 @@ Action add_fuzz_command(CLI::App& app) {
         setenv("OMP_WAIT_POLICY", "passive", 0);
         Paths paths{ATTN_SOURCE_DIR, ATTN_BINARY_DIR, s.build_dir.empty() ? fs::path(ATTN_SOURCE_DIR) / "build" / "fuzz"
                                                                             : fs::path(s.build_dir)};
+        std::cout << "attn fuzz: " << fingerprint_text("\n  ") << "\n";
         if (capture("command -v clang++").first != 0) {
             std::cerr << "attn fuzz: clang++ not found; the libFuzzer targets need clang (deps/debian.txt)\n";
             return 2;
@@ -343,7 +358,8 @@ Action add_fuzz_command(CLI::App& app) {
         if (s.mutants) return mutant_table(paths, targets, s.mutant_seconds);
         std::vector<TargetReport> reports;
         for (const std::string& target : targets) reports.push_back(fuzz_target(paths, target, s));
-        std::cout << "\nattn fuzz summary (" << s.jobs << " worker(s) per target)\n";
+        std::cout << "\nattn fuzz summary (" << s.jobs << " worker(s) per target, fingerprint "
+                  << numerics_fingerprint().id() << ")\n";
         std::printf("  %-16s %8s %10s %8s %7s %7s %7s %s\n", "target", "seconds", "execs", "execs/s", "cov", "ft",
                     "corpus", "findings");
         std::size_t findings = 0;

@@ -1,4 +1,5 @@
-// `attn report`: the accuracy report (sweep against the oracle, drift against the committed baseline).
+// `attn report`: the accuracy report (sweep against the oracle, drift against the baseline of this machine's numerics
+// fingerprint, reports/baselines/<id>.json).
 #include <iostream>
 #include <memory>
 #include <string>
@@ -19,7 +20,7 @@ struct ReportSettings {
     bool quick = false, full = false, check = false, update_baseline = false, no_plots = false, no_mutants = false;
     std::string grid;
     std::string out_dir = std::string(ATTN_SOURCE_DIR) + "/reports/latest";
-    std::string baseline = std::string(ATTN_SOURCE_DIR) + "/reports/latest/accuracy.json";
+    std::string baseline;  // empty: reports/baselines/<fingerprint id>.json
     std::vector<std::string> impls;
     int jobs = 1;
 };
@@ -29,18 +30,22 @@ struct ReportSettings {
 Action add_report_command(CLI::App& app) {
     auto settings = std::make_shared<ReportSettings>();
     auto* report = app.add_subcommand(
-        "report", "Accuracy report: every correct implementation against the oracle, with drift against the baseline");
+        "report", "Accuracy report: every correct implementation against the oracle, with drift against the baseline "
+                  "of this machine's numerics fingerprint");
     auto* quick = report->add_flag("--quick", settings->quick, "The CI grid (about a minute on 2 cores)");
     auto* full = report->add_flag("--full", settings->full, "The nightly grid (the default)");
     auto* grid = report->add_option("--grid", settings->grid, "smoke, quick or full");
     quick->excludes(full)->excludes(grid);
     full->excludes(grid);
     report->add_flag("--check", settings->check,
-                     "Exit 1 when a row regressed against the baseline, violated its bound or failed");
-    report->add_flag("--update-baseline", settings->update_baseline, "Make this run the baseline");
+                     "Exit 1 when a row violated its bound or failed, or regressed against this fingerprint's baseline");
+    report->add_flag("--update-baseline", settings->update_baseline,
+                     "Make this run the baseline of this machine's fingerprint (or write it to --baseline FILE)");
     report->add_option("--out", settings->out_dir, "Directory for accuracy.md, accuracy.json, index.html, plots/")
         ->capture_default_str();
-    report->add_option("--baseline", settings->baseline, "The baseline accuracy.json")->capture_default_str();
+    report->add_option("--baseline", settings->baseline,
+                       "The baseline accuracy.json (default: reports/baselines/<fingerprint id>.json; compared only "
+                       "when its fingerprint is this machine's)");
     report->add_option("--impl", settings->impls, "Only these implementations (repeatable; default: every correct one)");
     report->add_option("-j,--jobs", settings->jobs, "Worker threads over the grid")->check(CLI::Range(1, 64))
         ->capture_default_str();
@@ -56,6 +61,7 @@ Action add_report_command(CLI::App& app) {
                        : s.grid.empty() ? report::GridKind::Full
                                         : report::grid_from_string(s.grid);
         options.out_dir = s.out_dir;
+        options.baselines_dir = std::string(ATTN_SOURCE_DIR) + "/reports/baselines";
         options.baseline_path = s.baseline;
         options.check = s.check;
         options.update_baseline = s.update_baseline;

@@ -96,6 +96,11 @@ void append_artifact(Section& section, const std::string& path) {
         return;
     }
     section.paragraph("From `" + fs::path(path).filename().string() + "`.");
+    // Benchmarks record the numerics fingerprint they ran on (bench/attention_bench.cpp): figures from another
+    // machine than this report's must be visibly so.
+    if (doc.is_object() && doc.contains("context") && doc["context"].is_object() &&
+        doc["context"].contains("attn_fingerprint"))
+        section.paragraph("Measured on numerics fingerprint `" + cell(doc["context"]["attn_fingerprint"]) + "`.");
     if (doc.is_object() && doc.contains("benchmarks") && doc.at("benchmarks").is_array()) {
         append_benchmarks(section, doc);
         return;

@@ -1,7 +1,7 @@
-// `attn report`: the sweep, the drift check against the committed baseline, and the report files.
+// `attn report`: the sweep, the drift check against the baseline of this machine's numerics fingerprint, and the
+// report files.
 #include "attn/report/report.hpp"
 
-#include <gnu/libc-version.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -124,15 +124,25 @@ std::string index_string(const Shape& idx) {
     return s + ")";
 }
 
-std::string environment_line() {
-    std::string cpu = "unknown CPU";
-    std::ifstream in("/proc/cpuinfo");
-    for (std::string line; std::getline(in, line);)
-        if (line.rfind("model name", 0) == 0) {
-            cpu = line.substr(line.find(':') + 2);
-            break;
-        }
-    return cpu + "; compiler " + __VERSION__ + "; glibc " + gnu_get_libc_version();
+// The command that records a baseline for this machine with the grid of this run.
+std::string record_command(const ReportOptions& options) { return "./" + options.command + " --update-baseline"; }
+
+// Why drift was not compared, as one sentence; `code` marks up paths and commands for the document.
+std::string not_checked_line(const Drift& d, const std::string& record, bool markup) {
+    const auto code = [&](const std::string& x) { return markup ? "`" + x + "`" : x; };
+    std::string why;
+    if (!d.baseline_found) {
+        why = "no baseline for fingerprint " + code(d.fingerprint) +
+              (d.baseline_path.empty() ? "" : " (" + code(d.baseline_path) + ")");
+    } else {
+        why = "the baseline " + code(d.baseline_path) +
+              (d.baseline_fingerprint.empty()
+                   ? " records no fingerprint (this machine's is " + code(d.fingerprint) + ")"
+                   : " was made on fingerprint " + code(d.baseline_fingerprint) + ", not on this machine's " +
+                         code(d.fingerprint)) +
+              ", and rows are compared only with a baseline of the same fingerprint";
+    }
+    return "drift not checked: " + why + "; record one with: " + code(record);
 }
 
 // ---- the document ---------------------------------------------------------------------------------------------
@@ -158,22 +168,36 @@ Section summary_section(const ReportOptions& options, const std::vector<Row>& ro
                           std::to_string(x.violations), std::to_string(x.unbounded), std::to_string(x.failed_rows),
                           "`" + x.worst_config + "`"});
     s.table(std::move(t));
-    s.paragraph("Machine: " + environment_line() + ".");
     return s;
 }
 
-Section drift_section(const Drift& drift) {
+// What decides the bits of this run; drift is a claim per fingerprint, the bounds hold on every machine.
+Section machine_section(const NumericsFingerprint& f) {
+    Section s{"Machine", {}};
+    s.paragraph("Numerics fingerprint `" + f.id() + "`: what decides the bits of this run (the SIMD target the "
+                "tiled kernel dispatched to, the BLIS kernels chosen for this CPU, the compiler and its flags, the "
+                "C library). Drift is compared only with a baseline of the same fingerprint; the bound check holds "
+                "on every machine.");
+    Table t;
+    t.header = {"field", "value"};
+    t.rows.push_back({"id", "`" + f.id() + "`"});
+    for (const auto& [name, value] : f.fields()) t.rows.push_back({name, value.empty() ? "-" : value});
+    s.table(std::move(t));
+    return s;
+}
+
+Section drift_section(const Drift& drift, const std::string& record) {
     Section s{"Drift against the baseline", {}};
-    if (!drift.baseline_found) {
-        s.paragraph("No baseline at `" + drift.baseline_path + "`: nothing to compare with. `attn report "
-                    "--update-baseline` makes this run the baseline.");
+    if (!drift.checked) {
+        s.paragraph("**" + not_checked_line(drift, record, true) + ".** The bound check (Summary, Failures) does not "
+                    "depend on the machine and was done.");
         return s;
     }
-    s.paragraph("Baseline `" + drift.baseline_path + "` (grid `" + drift.baseline_grid + "`). A row regresses when "
-                "its max ULP error exceeds " + fmt("%g", drift.margin.factor) + " x baseline + " +
-                fmt("%g", drift.margin.ulps) + " ulp, or its max tightness exceeds " + fmt("%g", drift.margin.factor) +
-                " x baseline + the tightness of " + fmt("%g", drift.margin.ulps) + " ulp, or it now fails "
-                "(derivation in reports/README.md, \"Drift\").");
+    s.paragraph("Baseline `" + drift.baseline_path + "` (grid `" + drift.baseline_grid + "`, fingerprint `" +
+                drift.fingerprint + "`, the same as this run). A row regresses when its max tightness (error / "
+                "bound) exceeds " + fmt("%g", drift.margin.factor) + " x baseline + the tightness of " +
+                fmt("%g", drift.margin.ulps) + " ulp at its worst element, or it has more bound violations, or it "
+                "now fails; max ULP error is shown but not compared (derivation in reports/README.md, \"Drift\").");
     s.paragraph(std::to_string(drift.compared) + " rows compared (" + std::to_string(drift.identical_rows) +
                 " bitwise identical in both measures), " + std::to_string(drift.new_rows) + " new, " +
                 std::to_string(drift.missing_rows) + " in the baseline but not in this run.");
@@ -373,12 +397,19 @@ bool same_file(const fs::path& a, const fs::path& b) {
 
 // ---- JSON -----------------------------------------------------------------------------------------------------
 
-nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const DriftMargin& margin) {
+nlohmann::json fingerprint_json(const NumericsFingerprint& fingerprint) {
+    nlohmann::json j = {{"id", fingerprint.id()}};
+    for (const auto& [name, value] : fingerprint.fields()) j[name] = value;
+    return j;
+}
+
+nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const DriftMargin& margin,
+                             const NumericsFingerprint& fingerprint) {
     nlohmann::json j;
-    j["schema"] = "attn-accuracy/1";
+    j["schema"] = "attn-accuracy/2";
     j["grid"] = to_string(grid);
-    j["environment"] = environment_line();
-    j["margin"] = {{"factor", margin.factor}, {"ulps", margin.ulps}};
+    j["fingerprint"] = fingerprint_json(fingerprint);
+    j["margin"] = {{"factor", margin.factor}, {"ulps", margin.ulps}, {"measure", "max_tightness"}};
     j["summary"] = nlohmann::json::array();
     for (const Summary& s : summarize(rows)) j["summary"].push_back(to_json(s));
     j["rows"] = nlohmann::json::array();
@@ -386,7 +417,7 @@ nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const 
     return j;
 }
 
-std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid) {
+std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid, std::string* fingerprint_id) {
     std::ifstream in(path);
     if (!in) throw IoError("report: cannot read " + path);
     nlohmann::json j;
@@ -395,9 +426,15 @@ std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid) 
     } catch (const nlohmann::json::exception& e) {
         throw IoError("report: " + path + " is not valid JSON: " + e.what());
     }
-    if (!j.is_object() || j.value("schema", "") != "attn-accuracy/1" || !j.contains("rows") || !j["rows"].is_array())
-        throw IoError("report: " + path + " is not an attn accuracy report (schema attn-accuracy/1)");
+    // Version 2 added the fingerprint and changed what the margin applies to; the rows are the same in both.
+    const std::string schema = j.is_object() ? j.value("schema", "") : "";
+    if ((schema != "attn-accuracy/1" && schema != "attn-accuracy/2") || !j.contains("rows") || !j["rows"].is_array())
+        throw IoError("report: " + path + " is not an attn accuracy report (schema attn-accuracy/1 or /2)");
     if (grid) *grid = j.value("grid", "?");
+    if (fingerprint_id) {
+        const auto f = j.find("fingerprint");
+        *fingerprint_id = f != j.end() && f->is_object() ? f->value("id", "") : "";
+    }
     std::vector<Row> rows;
     for (const auto& r : j["rows"]) rows.push_back(row_from_json(r));
     return rows;
@@ -410,27 +447,39 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     if (impls.empty()) throw ConfigError("report: no implementation to measure");
     ReportRun run;
     const DriftMargin margin;
+    run.fingerprint = numerics_fingerprint();
+    const std::string fingerprint = run.fingerprint.id();
 
-    // 1. The baseline, read before anything is written.
+    // 1. The baseline of this fingerprint, read before anything is written.
+    const std::string baseline_path =
+        !options.baseline_path.empty() ? options.baseline_path
+        : options.baselines_dir.empty() ? std::string()
+                                        : (fs::path(options.baselines_dir) / (fingerprint + ".json")).string();
     std::vector<Row> baseline;
-    run.drift.baseline_path = shown_path(options.baseline_path, options.project_root);
+    run.drift.fingerprint = fingerprint;
+    run.drift.baseline_path = shown_path(baseline_path, options.project_root);
     std::error_code ec;
-    const bool have_baseline = !options.baseline_path.empty() && fs::exists(options.baseline_path, ec);
-    if (have_baseline) baseline = read_accuracy_json(options.baseline_path, &run.drift.baseline_grid);
+    run.drift.baseline_found = !baseline_path.empty() && fs::exists(baseline_path, ec);
+    if (run.drift.baseline_found)
+        baseline = read_accuracy_json(baseline_path, &run.drift.baseline_grid, &run.drift.baseline_fingerprint);
+    // Another fingerprint rounds differently within the same bounds: its rows say nothing about drift here.
+    const bool comparable = run.drift.baseline_found && run.drift.baseline_fingerprint == fingerprint;
 
     // 2. The sweep.
     const std::vector<Case> cases = make_grid(options.grid);
     log << "attn report: grid " << to_string(options.grid) << ", " << cases.size() << " cases x 2 dtypes x "
-        << impls.size() << " implementations" << std::endl;
+        << impls.size() << " implementations, fingerprint " << fingerprint << std::endl;
     run.rows = sweep(cases, impls, options.jobs, "report");
     run.summaries = summarize(run.rows);
 
     // 3. Drift.
-    if (have_baseline) {
-        const std::string path = run.drift.baseline_path, grid = run.drift.baseline_grid;
-        run.drift = compare_with_baseline(baseline, run.rows, margin);
-        run.drift.baseline_path = path;
-        run.drift.baseline_grid = grid;
+    if (comparable) {
+        Drift compared = compare_with_baseline(baseline, run.rows, margin);
+        compared.fingerprint = fingerprint;
+        compared.baseline_path = run.drift.baseline_path;
+        compared.baseline_fingerprint = run.drift.baseline_fingerprint;
+        compared.baseline_grid = run.drift.baseline_grid;
+        run.drift = std::move(compared);
     }
 
     // 4. The mutants, on the cross-product cases of the smoke grid.
@@ -456,7 +505,8 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     if (options.plots) plots = make_plots(run.rows, out_dir.string());
     Document doc{"attn accuracy report", {}};
     doc.sections.push_back(summary_section(options, run.rows, run.summaries));
-    doc.sections.push_back(drift_section(run.drift));
+    doc.sections.push_back(machine_section(run.fingerprint));
+    doc.sections.push_back(drift_section(run.drift, record_command(options)));
     doc.sections.push_back(failures_section(run.rows));
     doc.sections.push_back(plots_section(plots, options.plots));
     doc.sections.push_back(mutants_section(table, mutant_rows, mutants, options.mutant_sweep));
@@ -469,14 +519,14 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     doc.sections.push_back(rows_section(run.rows, run.summaries));
     doc.sections.push_back(reading_section());
 
-    // 7. Files. The run's JSON never silently replaces the baseline: without --update-baseline it goes next to it
-    // as accuracy.new.json when the output directory is the baseline's.
-    const std::string json_text = accuracy_json(options.grid, run.rows, margin).dump(1) + "\n";
+    // 7. Files. The run's JSON is the latest report; it never silently replaces a baseline: without
+    // --update-baseline it goes next to it as accuracy.new.json when --baseline names the output's accuracy.json.
+    const std::string json_text = accuracy_json(options.grid, run.rows, margin, run.fingerprint).dump(1) + "\n";
     fs::path json_path = out_dir / "accuracy.json";
-    if (!options.update_baseline && !options.baseline_path.empty() && same_file(json_path, options.baseline_path))
+    if (!options.update_baseline && !baseline_path.empty() && same_file(json_path, baseline_path))
         json_path = out_dir / "accuracy.new.json";
     write_text(json_path, json_text);
-    if (options.update_baseline && !options.baseline_path.empty()) write_text(options.baseline_path, json_text);
+    if (options.update_baseline && !baseline_path.empty()) write_text(baseline_path, json_text);
     write_text(out_dir / "accuracy.md", render_markdown(doc));
     write_text(out_dir / "index.html", render_html(doc, out_dir.string()));
 
@@ -503,22 +553,29 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
                                     : r.error)
                 << "\n";
         }
-    if (!run.drift.baseline_found) {
-        log << "drift: no baseline at " << options.baseline_path << "\n";
+    if (!run.drift.checked) {
+        log << not_checked_line(run.drift, record_command(options), false) << "\n";
     } else {
-        log << "drift: " << run.drift.compared << " rows compared with " << run.drift.baseline_path << " ("
+        log << "drift: " << run.drift.compared << " rows compared with " << run.drift.baseline_path
+            << " (fingerprint " << fingerprint << ", "
             << run.drift.identical_rows << " identical), " << run.drift.regressions.size() << " regressed\n";
         for (const RowDrift& d : run.drift.regressions) log << "REGRESSED " << d.config << ": " << d.reason << "\n";
     }
     log << "wrote " << (out_dir / "accuracy.md").string() << ", " << (out_dir / "index.html").string() << ", "
         << json_path.string() << ", " << plots.plots.size() << " plots\n";
     for (const std::string& p : plots.problems) log << "warning: " << p << "\n";
-    if (options.update_baseline) log << "baseline replaced: " << options.baseline_path << "\n";
+    if (options.update_baseline && !baseline_path.empty())
+        log << "baseline for fingerprint " << fingerprint << " written: " << baseline_path << "\n";
 
     if (options.check && (failed > 0 || !run.drift.regressions.empty())) {
         log << "attn report --check: FAILED (" << failed << " failed rows, " << run.drift.regressions.size()
             << " regressions)\n";
         run.exit_code = 1;
+    } else if (options.check) {
+        log << "attn report --check: passed (every row within its bound; "
+            << (run.drift.checked ? std::to_string(run.drift.compared) + " rows compared, none regressed"
+                                  : std::string("drift not checked"))
+            << ")\n";
     }
     return run;
 }

@@ -1,9 +1,11 @@
 // The accuracy report: config strings, grids, seeded inputs, the JSON form, the drift margin, and the end-to-end
-// proof that `attn report --check` fails when an implementation's error grows.
+// proof that `attn report --check` fails when an implementation's error grows against the baseline of its numerics
+// fingerprint, and only then.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -97,7 +99,7 @@ TEST_CASE("a row survives its JSON form, non-finite numbers included") {
     CHECK_THROWS_AS(row_from_json(nlohmann::json{{"config", "x"}}), IoError);
 }
 
-TEST_CASE("drift: growth within the margin passes, beyond it is a regression") {
+TEST_CASE("drift: tightness growth within the margin passes, beyond it is a regression; ULP growth alone is not") {
     Row base;
     base.config = "sdpa(x)";
     base.max_ulp = 3;
@@ -105,22 +107,26 @@ TEST_CASE("drift: growth within the margin passes, beyond it is a regression") {
     base.tightness_per_ulp = 0.01;
     Row now = base;
     const DriftMargin margin;  // factor 2, plus 1 ulp
-    now.max_ulp = 7;  // == 2 * 3 + 1
-    now.max_tightness = 0.21;
+    now.max_tightness = 0.21;  // == 2 * 0.1 + 0.01
     CHECK_FALSE(regressed(base, now, margin));
-    now.max_ulp = 7.5;
+    // An output that cancels to almost nothing: thousands of ulps more, the error relative to its bound unchanged.
+    now.max_ulp = 7760;
+    CHECK_FALSE(regressed(base, now, margin));
+    now.max_tightness = 0.2101;
     std::string why;
     CHECK(regressed(base, now, margin, &why));
-    CHECK(why == "max ULP error 3 -> 7.5");
+    CHECK(why == "max tightness 0.1 -> 0.2101");
     now.max_ulp = 3;
-    now.max_tightness = 0.2101;
-    CHECK(regressed(base, now, margin));
     now.max_tightness = 0.1;
     now.violations = 1;
     CHECK(regressed(base, now, margin));
     now.violations = 0;
-    now.max_ulp = std::numeric_limits<double>::quiet_NaN();
+    now.max_tightness = std::numeric_limits<double>::quiet_NaN();
     CHECK(regressed(base, now, margin));
+    now.max_tightness = 0.1;
+    now.error = "threw";
+    CHECK(regressed(base, now, margin, &why));
+    CHECK(why == "now fails: threw");
 
     const Drift d = compare_with_baseline({base}, {base, Row{}});
     CHECK(d.compared == 1);
@@ -164,16 +170,52 @@ struct TempDir {
     }
 };
 
+// The smoke grid into a temporary directory, baselines under it: never the committed reports/.
 ReportOptions smoke_options(const TempDir& dir) {
     ReportOptions o;
     o.grid = GridKind::Smoke;
     o.out_dir = (dir.path / "out").string();
-    o.baseline_path = (dir.path / "baseline.json").string();
+    o.baselines_dir = (dir.path / "baselines").string();
     o.check = true;
     o.plots = false;
     o.mutant_sweep = false;
     o.mutant_table = false;
+    o.command = "attn report --grid smoke";
     return o;
+}
+
+// Where run_report looks for the baseline of this machine.
+fs::path own_baseline(const ReportOptions& o) {
+    return fs::path(o.baselines_dir) / (numerics_fingerprint().id() + ".json");
+}
+
+nlohmann::json read_json(const fs::path& path) {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+}
+
+void write_json(const fs::path& path, const nlohmann::json& j) {
+    std::ofstream out(path);
+    out << j.dump(1) << "\n";
+    REQUIRE(out.good());
+}
+
+std::string read_text(const fs::path& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+// Records the baseline of this fingerprint with the reference backend; returns its JSON.
+nlohmann::json record_baseline(ReportOptions o) {
+    std::ostringstream log;
+    o.update_baseline = true;
+    const ReportRun run = run_report(o, {&suite::implementation("reference")}, {}, log);
+    INFO(log.str());
+    REQUIRE(run.exit_code == 0);
+    REQUIRE(fs::exists(own_baseline(o)));
+    return read_json(own_baseline(o));
 }
 
 }  // namespace
@@ -188,38 +230,151 @@ TEST_CASE("attn report --check fails when a backend's error grows by a few ulps,
     const ReportRun first = run_report(o, {&reference}, {}, log);
     INFO(log.str());
     REQUIRE(first.exit_code == 0);
-    REQUIRE(fs::exists(o.baseline_path));
+    REQUIRE(fs::exists(own_baseline(o)));
+    // --update-baseline also leaves the run as the latest report.
+    CHECK(fs::exists(fs::path(o.out_dir) / "accuracy.json"));
 
-    // Same binary, same inputs: bitwise the same errors, nothing flagged.
+    // Same binary, same inputs, same fingerprint: bitwise the same errors, nothing flagged.
     o.update_baseline = false;
     const ReportRun again = run_report(o, {&reference}, {}, log);
     CHECK(again.exit_code == 0);
+    CHECK(again.drift.checked);
     CHECK(again.drift.compared == static_cast<Index>(first.rows.size()));
     CHECK(again.drift.identical_rows == again.drift.compared);
     CHECK(again.drift.regressions.empty());
     CHECK(fs::exists(fs::path(o.out_dir) / "accuracy.md"));
     CHECK(fs::exists(fs::path(o.out_dir) / "index.html"));
 
-    // Four ulps more on every element of the same backend: rows whose error was below 3 ulps regress (in ulps or
-    // in tightness, whichever element is now the worst).
+    // Four ulps more on every element of the same backend: rows whose error at the worst element was below about
+    // 3 ulps regress, in tightness (or in bound violations where the bound is that tight).
     const suite::Implementation degraded = perturbed_reference(four_ulps_more);
     const ReportRun worse = run_report(o, {&degraded}, {}, log);
     CHECK(worse.exit_code == 1);
     CHECK_FALSE(worse.drift.regressions.empty());
     for (const RowDrift& d : worse.drift.regressions)
-        CHECK((d.current_ulp > d.baseline_ulp || d.current_tightness > d.baseline_tightness));
+        CHECK((d.current_tightness > d.baseline_tightness || d.reason.rfind("bound violations", 0) == 0));
+}
+
+TEST_CASE("attn report --check passes without a baseline for this fingerprint and says drift was not checked") {
+    TempDir dir;
+    std::ostringstream log;
+    const ReportOptions o = smoke_options(dir);
+    const ReportRun run = run_report(o, {&suite::implementation("reference")}, {}, log);
+    INFO(log.str());
+    const std::string id = numerics_fingerprint().id();
+    CHECK(run.exit_code == 0);
+    CHECK_FALSE(run.drift.baseline_found);
+    CHECK_FALSE(run.drift.checked);
+    CHECK(run.drift.fingerprint == id);
+    const std::string expected = "drift not checked: no baseline for fingerprint " + id + " (" +
+                                 own_baseline(o).string() +
+                                 "); record one with: ./attn report --grid smoke --update-baseline";
+    CHECK(log.str().find(expected + "\n") != std::string::npos);
+    CHECK(log.str().find("attn report --check: passed") != std::string::npos);
+    // The report says it too, and names the machine.
+    const std::string md = read_text(fs::path(o.out_dir) / "accuracy.md");
+    CHECK(md.find("drift not checked: no baseline for fingerprint `" + id + "`") != std::string::npos);
+    CHECK(md.find("## Machine") != std::string::npos);
+    const nlohmann::json j = read_json(fs::path(o.out_dir) / "accuracy.json");
+    CHECK(j.at("fingerprint").at("id") == id);
+    for (const auto& [name, value] : numerics_fingerprint().fields()) CHECK(j.at("fingerprint").at(name) == value);
+    // Without --update-baseline nothing is recorded.
+    CHECK_FALSE(fs::exists(own_baseline(o)));
+}
+
+TEST_CASE("attn report does not compare drift with a baseline of another fingerprint, and says so") {
+    TempDir dir;
+    const ReportOptions recorded = smoke_options(dir);
+    nlohmann::json baseline = record_baseline(recorded);
+    const std::string id = numerics_fingerprint().id();
+    // Every row of the baseline perfectly accurate: compared, every row with an error would regress.
+    for (auto& row : baseline["rows"]) row["max_tightness"] = 0.0;
+    const fs::path same = dir.path / "same.json", other = dir.path / "other.json", old = dir.path / "old.json";
+    write_json(same, baseline);
+    baseline["fingerprint"]["id"] = "zen3-avx2-0123abcd";
+    write_json(other, baseline);
+    baseline.erase("fingerprint");  // schema 1: made before fingerprints were recorded
+    baseline["schema"] = "attn-accuracy/1";
+    write_json(old, baseline);
+    const suite::Implementation& reference = suite::implementation("reference");
+
+    ReportOptions o = recorded;
+    o.baseline_path = same.string();
+    std::ostringstream same_log;
+    const ReportRun compared = run_report(o, {&reference}, {}, same_log);
+    CHECK(compared.drift.checked);
+    CHECK(compared.exit_code == 1);  // the control: these rows are flagged when the fingerprint matches
+
+    o.baseline_path = other.string();
+    std::ostringstream other_log;
+    const ReportRun elsewhere = run_report(o, {&reference}, {}, other_log);
+    INFO(other_log.str());
+    CHECK(elsewhere.exit_code == 0);
+    CHECK(elsewhere.drift.baseline_found);
+    CHECK_FALSE(elsewhere.drift.checked);
+    CHECK(elsewhere.drift.baseline_fingerprint == "zen3-avx2-0123abcd");
+    CHECK(elsewhere.drift.compared == 0);
+    CHECK(elsewhere.drift.regressions.empty());
+    CHECK(other_log.str().find("drift not checked: the baseline " + other.string() +
+                               " was made on fingerprint zen3-avx2-0123abcd, not on this machine's " + id) !=
+          std::string::npos);
+
+    o.baseline_path = old.string();
+    std::ostringstream old_log;
+    const ReportRun unknown = run_report(o, {&reference}, {}, old_log);
+    CHECK(unknown.exit_code == 0);
+    CHECK_FALSE(unknown.drift.checked);
+    CHECK(old_log.str().find("drift not checked: the baseline " + old.string() + " records no fingerprint") !=
+          std::string::npos);
+}
+
+TEST_CASE("a row whose tightness grows beyond the margin is flagged against its fingerprint's baseline") {
+    TempDir dir;
+    const ReportOptions o = smoke_options(dir);
+    nlohmann::json baseline = record_baseline(o);
+    // One row with an error well above its last ulp gets a baseline a quarter as tight (this run is then 4 x the
+    // baseline, beyond 2 x + 1 ulp); another row gets a baseline of 0 ulps where it has several (beyond the old
+    // 2 x + 1 ulp rule on max ULP error), its tightness unchanged.
+    std::string tighter, more_ulps;
+    for (auto& row : baseline["rows"]) {
+        const double t = number_from_json(row["max_tightness"]), per_ulp = number_from_json(row["tightness_per_ulp"]);
+        if (tighter.empty() && row["error"].is_null() && std::isfinite(t) && t > 4 * per_ulp && per_ulp > 0) {
+            tighter = row["config"].get<std::string>();
+            row["max_tightness"] = t / 4;
+        } else if (more_ulps.empty() && number_from_json(row["max_ulp"]) >= 2) {
+            more_ulps = row["config"].get<std::string>();
+            row["max_ulp"] = 0.0;
+        }
+    }
+    REQUIRE_FALSE(tighter.empty());
+    REQUIRE_FALSE(more_ulps.empty());
+    write_json(own_baseline(o), baseline);
+
+    std::ostringstream log;
+    const ReportRun run = run_report(o, {&suite::implementation("reference")}, {}, log);
+    INFO(log.str());
+    CHECK(run.drift.checked);
+    CHECK(run.exit_code == 1);
+    REQUIRE(run.drift.regressions.size() == 1);
+    CHECK(run.drift.regressions[0].config == tighter);
+    CHECK(run.drift.regressions[0].reason.rfind("max tightness ", 0) == 0);
+    CHECK(log.str().find("REGRESSED " + tighter + ": max tightness") != std::string::npos);
+    CHECK(log.str().find("REGRESSED " + more_ulps) == std::string::npos);
 }
 
 TEST_CASE("attn report --check fails on a bound violation even without a baseline") {
     TempDir dir;
     std::ostringstream log;
-    ReportOptions o = smoke_options(dir);
-    o.baseline_path.clear();
+    const ReportOptions o = smoke_options(dir);
     // A relative error of 2^-8 is far outside any bound of these small shapes, in float and in double.
     const suite::Implementation broken = perturbed_reference([](auto x) { return x + x * decltype(x)(0x1.0p-8); });
     const ReportRun run = run_report(o, {&broken}, {}, log);
+    INFO(log.str());
     CHECK(run.exit_code == 1);
+    CHECK_FALSE(run.drift.checked);
     Index violations = 0;
     for (const Row& r : run.rows) violations += r.violations;
     CHECK(violations > 0);
+    CHECK(log.str().find("drift not checked: no baseline") != std::string::npos);
+    CHECK(log.str().find("attn report --check: FAILED") != std::string::npos);
 }

@@ -1,4 +1,5 @@
-// attn/report/report.hpp: `attn report`, the accuracy report: sweep, compare with the baseline, write the report.
+// attn/report/report.hpp: `attn report`, the accuracy report: sweep, compare with the baseline of this machine's
+// numerics fingerprint, write the report.
 #pragma once
 
 #include <ostream>
@@ -7,6 +8,7 @@
 
 #include "attn/report/accuracy.hpp"
 #include "attn/report/drift.hpp"
+#include "attn/machine.hpp"
 #include "attn/report/grid.hpp"
 #include "attn/suite/registry.hpp"
 
@@ -15,9 +17,12 @@ namespace attn::report {
 struct ReportOptions {
     GridKind grid = GridKind::Quick;
     std::string out_dir;        // accuracy.md, index.html, plots/*.svg and the run's accuracy.json go here
-    std::string baseline_path;  // the committed baseline (reports/latest/accuracy.json)
+    // Drift is compared only with a baseline of this machine's numerics fingerprint: baselines_dir/<id>.json
+    // (reports/baselines/), or baseline_path when it is set (its fingerprint must still match to be compared).
+    std::string baselines_dir;
+    std::string baseline_path;
     bool check = false;         // exit 1 when a row regressed, violated its bound or failed
-    bool update_baseline = false;
+    bool update_baseline = false;  // write this run as the baseline in force (baseline_path, or baselines_dir/<id>.json)
     bool plots = true;
     bool mutant_sweep = true;   // also run every mutant on the small cross-product cases (a kill column)
     bool mutant_table = true;   // run the property suite's mutant table (attn mutants) into the report
@@ -30,6 +35,7 @@ struct ReportOptions {
 struct ReportRun {
     std::vector<Row> rows;
     std::vector<Summary> summaries;
+    NumericsFingerprint fingerprint;  // of this run
     Drift drift;
     int exit_code = 0;  // 0, or 1 under --check when something regressed, violated or failed
 };
@@ -40,9 +46,14 @@ struct ReportRun {
 ReportRun run_report(const ReportOptions& options, const std::vector<const suite::Implementation*>& impls,
                      const std::vector<const suite::Implementation*>& mutants, std::ostream& log);
 
-// accuracy.json: {"schema", "grid", "environment", "margin", "summary", "rows"}; see reports/README.md.
-nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const DriftMargin& margin);
-// The rows of an accuracy.json file, and its grid name; IoError when it cannot be read or is not one.
-std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid = nullptr);
+// accuracy.json: {"schema", "grid", "fingerprint", "margin", "summary", "rows"}; see reports/README.md.
+nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const DriftMargin& margin,
+                             const NumericsFingerprint& fingerprint);
+// {"id": ..., "cpu": ..., ...}: the id and every field, as strings.
+nlohmann::json fingerprint_json(const NumericsFingerprint& fingerprint);
+// The rows of an accuracy.json file, its grid name and its fingerprint id ("" when it records none: schema 1);
+// IoError when it cannot be read or is not one.
+std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid = nullptr,
+                                    std::string* fingerprint_id = nullptr);
 
 }  // namespace attn::report
