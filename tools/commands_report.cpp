@@ -1,5 +1,6 @@
 // `attn report`: the accuracy report (sweep against the oracle, drift against the baseline of this machine's numerics
 // fingerprint, reports/baselines/<id>.json).
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -73,7 +74,10 @@ Action add_report_command(CLI::App& app) {
                                  std::string(ATTN_BINARY_DIR) + "/bench", std::string(ATTN_BINARY_DIR) + "/fuzz",
                                  std::string(ATTN_SOURCE_DIR) + "/build/fuzz"};
         options.project_root = ATTN_SOURCE_DIR;
-        options.command = "attn report";
+        // The command that reruns this report, as printed in it (with the forced SIMD target: it is part of the
+        // fingerprint whose baseline the command records).
+        const char* simd = std::getenv("ATTN_SIMD_TARGET");
+        options.command = std::string("attn ") + (simd && *simd ? std::string("--simd-target ") + simd + " " : "") + "report";
         if (options.grid == report::GridKind::Quick) options.command += " --quick";
         if (options.grid == report::GridKind::Smoke) options.command += " --grid smoke";
         std::vector<const suite::Implementation*> impls;
