@@ -18,7 +18,13 @@ endfunction()
 # The Highway targets the dispatching build compiles on x86-64 (sdpa_tiled.cpp; HWY_WANT_AVX3_DL in
 # lib/CMakeLists.txt adds AVX3_DL), best first. attn_tiled_test checks that this list is exactly
 # attn::simd_targets_compiled(), so it cannot go stale.
-set(ATTN_SIMD_TARGETS AVX3_DL AVX3 AVX2 SSE4 SSSE3 SCALAR)
+# The last is the portable fallback: Highway compiles HWY_SCALAR instead of HWY_EMU128 under g++ < 12.3 (GCC bug
+# 106322, hwy/detect_targets.h).
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 12.3)
+  set(ATTN_SIMD_TARGETS AVX3_DL AVX3 AVX2 SSE4 SSSE3 SCALAR)
+else()
+  set(ATTN_SIMD_TARGETS AVX3_DL AVX3 AVX2 SSE4 SSSE3 EMU128)
+endif()
 
 # attn_add_simd_tests(NAME [ENVIRONMENT ...] [LABELS ...] COMMAND ...): one ctest test per SIMD target, NAME_simd_<T>,
 # running COMMAND with ATTN_SIMD_TARGET=<T> (the tiled kernel dispatches to T); skipped where the CPU lacks T.

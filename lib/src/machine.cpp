@@ -52,8 +52,12 @@ void force(const std::string& name) {
         hwy::SetSupportedTargetsForTest(0);  // 0 ends the mock: dispatch sees the CPU again
         return;
     }
+    // The portable fallback is HWY_SCALAR under g++ < 12.3 (Highway avoids EMU128 there, GCC bug 106322) and
+    // HWY_EMU128 otherwise (clang: the fuzz build): either name means the fallback, so one spelling forces the
+    // same path in every program of a run.
+    const bool fallback = name == "SCALAR" || name == "EMU128";
     for (std::int64_t t : usable)
-        if (name == hwy::TargetName(t)) {
+        if (name == hwy::TargetName(t) || (fallback && (t & (HWY_SCALAR | HWY_EMU128)) != 0)) {
             hwy::SetSupportedTargetsForTest(t);
             return;
         }

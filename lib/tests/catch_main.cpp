@@ -8,17 +8,22 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
+#include "attn/error.hpp"
 #include "attn/machine.hpp"
 
 int main(int argc, char** argv) {
     if (const char* name = std::getenv("ATTN_SIMD_TARGET"); name && *name) {
-        const auto has = [&](const std::vector<std::string>& xs) { return std::find(xs.begin(), xs.end(), name) != xs.end(); };
-        if (!has(attn::simd_targets_compiled())) {
+        const std::vector<std::string> compiled = attn::simd_targets_compiled();
+        const bool fallback = std::string(name) == "SCALAR" || std::string(name) == "EMU128";  // either spelling
+        if (!fallback && std::find(compiled.begin(), compiled.end(), name) == compiled.end()) {
             std::cerr << "ATTN_SIMD_TARGET=" << name << " is not a SIMD target of this build\n";
             return 2;
         }
-        if (!has(attn::simd_targets())) {
+        try {
+            attn::force_simd_target(name);
+        } catch (const attn::ConfigError&) {
             std::cout << "skipped: this CPU cannot run SIMD target " << name << " (it runs "
                       << attn::numerics_fingerprint().simd_supported << ")\n";
             return 77;

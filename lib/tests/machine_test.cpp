@@ -76,6 +76,17 @@ TEST_CASE("forcing a SIMD target changes the dispatched target and the fingerpri
     CHECK(numerics_fingerprint().id() == best_id);
 }
 
+TEST_CASE("SCALAR and EMU128 both force the portable fallback, whichever of the two this build compiled",
+          "[machine]") {
+    // The g++ build has SCALAR, the clang (fuzz) build EMU128; ATTN_SIMD_TARGET=SCALAR must reach both.
+    BestTargetAfter restore;
+    const std::string fallback = simd_targets().back();
+    for (const char* name : {"SCALAR", "EMU128"}) {
+        force_simd_target(name);
+        CHECK(simd_target() == fallback);
+    }
+}
+
 TEST_CASE("an unknown or unsupported SIMD target is a ConfigError that lists the choices", "[machine][errors]") {
     BestTargetAfter restore;
     const std::string msg = error_message<ConfigError>([] { force_simd_target("NEON"); });

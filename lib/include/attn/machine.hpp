@@ -10,7 +10,7 @@ namespace attn {
 
 // Highway targets compiled into the library that this CPU can run, best first, by Highway's names
 // (e.g. {"AVX3_DL", "AVX3", "AVX2", "SSE4", "SSSE3", "SCALAR"} on a Sapphire Rapids; the last is the portable
-// fallback and always present).
+// fallback and always present: SCALAR when g++ < 12.3 built the library, EMU128 otherwise).
 std::vector<std::string> simd_targets();
 
 // Every Highway target compiled into the library, best first, whether or not this CPU can run it.
@@ -20,7 +20,8 @@ std::vector<std::string> simd_targets_compiled();
 std::string simd_target();
 
 // Makes the tiled kernel run `name` (one of simd_targets()) from now on, so that an AVX-512 machine can check the
-// AVX2 path a laptop takes; "" or "best" restores the best. Other names throw ConfigError listing the choices.
+// AVX2 path a laptop takes; "" or "best" restores the best; "SCALAR" and "EMU128" both mean the portable fallback
+// (whichever this build has). Other names throw ConfigError listing the choices.
 // Not thread-safe: call it before starting threads that run attention. The environment variable
 // ATTN_SIMD_TARGET=<name> does the same before the first call of the tiled kernel (ctest, the CLI, the suite).
 void force_simd_target(const std::string& name);
