@@ -12,9 +12,15 @@ std::string blis_arch() {
 }
 
 namespace {
+// One thread, and never BLIS's small-matrix ("sup") path: in BLIS 0.9.0 (Debian 12) its haswell millikernels,
+// which BLIS also picks on Intel CPUs with AVX-512 and on Zen, read past the end of A or B for some edge sizes
+// (flame/blis#635, #824). On a page boundary that is a SEGV (found by the mha fuzzer under ASan on a Sapphire
+// Rapids; valgrind shows the read on regressions/fuzz/mha/blis-sup-overread-*). The conventional path packs A and
+// B exactly within m, n, k first. Drop this once the BLIS in deps/debian.txt has those fixes.
 rntm_t single_thread() {
     rntm_t rntm = BLIS_RNTM_INITIALIZER;
     bli_rntm_set_num_threads(1, &rntm);
+    bli_rntm_disable_l3_sup(&rntm);
     return rntm;
 }
 trans_t trans(bool t) { return t ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE; }
