@@ -161,13 +161,17 @@ struct TargetReport {
 fs::path save_finding(const Paths& paths, const std::string& target, const fs::path& artifact) {
     const std::string kind = artifact.filename().string().substr(0, artifact.filename().string().find('-'));
     fs::path input = artifact;
+    // libFuzzer writes the crash files of every attempt to its working directory: run it in the artifact's own
+    // directory, never in the caller's (the launcher keeps the caller's directory).
+    const std::string in_artifacts = "cd " + quote(artifact.parent_path()) + " && " + quote(paths.fuzzer(target)) +
+                                     " -artifact_prefix=" + quote(artifact.parent_path()) + "/";
     if (kind == "crash") {
         const fs::path minimised = artifact.string() + ".min";
-        capture(quote(paths.fuzzer(target)) + " -minimize_crash=1 -runs=4000 -exact_artifact_path=" +
-                quote(minimised) + " " + quote(artifact));
+        capture(in_artifacts + " -minimize_crash=1 -runs=4000 -exact_artifact_path=" + quote(minimised) + " " +
+                quote(artifact));
         if (fs::exists(minimised) && fs::file_size(minimised) > 0) input = minimised;
     }
-    std::string symptom = symptom_of(capture(quote(paths.fuzzer(target)) + " " + quote(input)).second);
+    std::string symptom = symptom_of(capture(in_artifacts + " " + quote(input)).second);
     if (symptom == "(no symptom line found)" && kind != "crash")
         symptom = "libFuzzer " + kind + " during the run; this input alone does not reproduce it (memory or time " +
                   "accumulated over many executions: see the worker log under " + paths.runs(target).string() + ")";
@@ -208,11 +212,15 @@ TargetReport fuzz_target(const Paths& paths, const std::string& target, const Fu
         report.execs_per_second += std::max(0.0, last_number_after(log, "stat::average_exec_per_sec:"));
     }
     // Keep only the units that add coverage.
-    capture(quote(paths.fuzzer(target)) + " -merge=1 " + quote(paths.corpus(target)) + " " + quote(fresh));
+    // (Every libFuzzer call runs in `work`: a unit that crashes on the way is written to the working directory.)
+    capture("cd " + quote(work) + " && " + quote(paths.fuzzer(target)) + " -merge=1 " + quote(paths.corpus(target)) +
+            " " + quote(fresh));
     for (const auto& entry : fs::directory_iterator(artifacts))
         report.findings.push_back(save_finding(paths, target, entry.path()).string());
     // Coverage reached: the merged corpus replayed once.
-    const std::string stats = capture(quote(paths.fuzzer(target)) + " -runs=0 " + quote(paths.corpus(target))).second;
+    const std::string stats =
+        capture("cd " + quote(work) + " && " + quote(paths.fuzzer(target)) + " -runs=0 " + quote(paths.corpus(target)))
+            .second;
     report.coverage = last_number_after(stats, "cov:");
     report.features = last_number_after(stats, "ft:");
     for (const auto& entry : fs::directory_iterator(paths.corpus(target)))
