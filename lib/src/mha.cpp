@@ -100,7 +100,7 @@ HeadReadability head_readability(const HeadMasks& masks, const MhaOptions& optio
             for (Index i = 0; i < Tq; ++i) {
                 Index end = Tk;  // the causal rule limits row i to the keys [0, end)
                 if (options.is_causal)
-                    end = std::clamp<Index>(options.alignment == CausalAlignment::TopLeft ? i + 1 : i + 1 + Tk - Tq, 0, Tk);
+                    end = causal_end(i, Tq, Tk, options.alignment);
                 if (!m) {
                     rows[i] = end > 0;
                     std::fill_n(keys, end, 1);

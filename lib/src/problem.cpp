@@ -137,7 +137,7 @@ Readability readability(const SdpaProblem<T>& p, Index b) {
     for (Index i = 0; i < p.Tq; ++i) {
         Index end = p.Tk;  // the causal rule limits row i to the keys [0, end)
         if (p.is_causal)
-            end = std::clamp<Index>(p.alignment == CausalAlignment::TopLeft ? i + 1 : i + 1 + p.Tk - p.Tq, 0, p.Tk);
+            end = causal_end(i, p.Tq, p.Tk, p.alignment);
         bool any = false;
         if (!p.allowed_mask) {
             any = end > 0;

@@ -62,11 +62,6 @@ struct Buffer {
     }
 };
 
-// Keys a query row may read under the causal rule end at this position (exclusive, original key positions).
-Index causal_end(Index i, Index Tq, Index Tk, CausalAlignment alignment) {
-    return std::clamp<Index>(alignment == CausalAlignment::TopLeft ? i + 1 : i + 1 + Tk - Tq, 0, Tk);
-}
-
 // Sizes of one call, derived from the micro-tile.
 struct Layout {
     Index mr, nr;
@@ -215,7 +210,7 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
     std::fill_n(w.row_end.begin(), rows, n);
     if (p.is_causal)
         for (Index i = 0; i < rows; ++i) {
-            const Index end = causal_end(i0 + i, p.Tq, p.Tk, p.alignment);
+            const Index end = attn::causal_end(i0 + i, p.Tq, p.Tk, p.alignment);
             w.row_end[i] = std::lower_bound(w.keys.begin(), w.keys.end(), end) - w.keys.begin();
         }
     Index keys_end = 0;

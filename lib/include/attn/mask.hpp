@@ -1,6 +1,7 @@
 // attn/mask.hpp: boolean attention masks in the allowed convention (true = this query may read this key).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -15,9 +16,15 @@ enum class CausalAlignment { TopLeft, BottomRight };
 
 const char* to_string(CausalAlignment alignment);
 
-// Whether causal query i may read key j.
+// The causal rule in one place: query i (of Tq) may read exactly the keys [0, causal_end) of Tk, the end clamped
+// to [0, Tk] (a bottom-right row with i + Tk - Tq < 0 reads nothing).
+inline Index causal_end(Index i, Index Tq, Index Tk, CausalAlignment alignment) {
+    return std::clamp<Index>(alignment == CausalAlignment::TopLeft ? i + 1 : i + 1 + Tk - Tq, 0, Tk);
+}
+
+// Whether causal query i may read key j (0 <= j < Tk).
 inline bool causal_allows(Index i, Index j, Index Tq, Index Tk, CausalAlignment alignment) {
-    return alignment == CausalAlignment::TopLeft ? j <= i : j <= i + Tk - Tq;
+    return j < causal_end(i, Tq, Tk, alignment);
 }
 
 // (Tq, Tk) allowed mask of a causal rule.
