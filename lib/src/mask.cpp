@@ -7,6 +7,13 @@ const char* to_string(CausalAlignment alignment) {
     return alignment == CausalAlignment::TopLeft ? "top-left" : "bottom-right";
 }
 
+std::string no_allowed_key_message(const std::string& function, const std::string& row, Index Tq, Index Tk,
+                                   bool is_causal, CausalAlignment alignment, const std::string& shapes) {
+    return function + ": " + row + " has no allowed key (Tq=" + std::to_string(Tq) + ", Tk=" + std::to_string(Tk) +
+           (is_causal ? std::string(", causal ") + to_string(alignment) : std::string()) + "; " + shapes +
+           "); choose EmptyRowPolicy::Zero or ::Nan to allow empty rows";
+}
+
 Tensor<bool> causal_allowed_mask(Index Tq, Index Tk, CausalAlignment alignment) {
     if (Tq < 0 || Tk < 0)
         throw ShapeError("causal_allowed_mask: negative size Tq=" + std::to_string(Tq) + ", Tk=" + std::to_string(Tk));

@@ -124,10 +124,9 @@ void throw_if_empty_row(const std::string& function, const HeadReadability& r, c
                         const MhaOptions& options, const std::string& input_shapes) {
     if (r.first_empty < 0 || options.empty_rows != EmptyRowPolicy::Throw) return;
     const Index i = r.first_empty % r.Tq, h = (r.first_empty / r.Tq) % r.H, b = r.first_empty / (r.Tq * r.H);
-    throw MaskError(function + ": query row " + str(i) + " of batch " + str(b) + ", head " + str(h) +
-                    " has no allowed key (Tq=" + str(r.Tq) + ", Tk=" + str(r.Tk) +
-                    (options.is_causal ? std::string(", causal ") + to_string(options.alignment) : std::string()) + "; " +
-                    input_shapes + masks.shapes + "); choose EmptyRowPolicy::Zero or ::Nan to allow empty rows");
+    throw MaskError(no_allowed_key_message(function,
+                                           "query row " + str(i) + " of batch " + str(b) + ", head " + str(h), r.Tq,
+                                           r.Tk, options.is_causal, options.alignment, input_shapes + masks.shapes));
 }
 
 template <class T>

@@ -166,10 +166,9 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
         all.push_back(readability(p, b));
         const Readability& r = all.back();
         if (r.first_empty_row >= 0 && options.empty_rows == EmptyRowPolicy::Throw) {
-            throw MaskError(p.function + ": query row " + std::to_string(r.first_empty_row) + " of batch index " +
-                            p.batch_index_string(b) + " has no allowed key (Tq=" + std::to_string(p.Tq) +
-                            ", Tk=" + std::to_string(p.Tk) + (p.is_causal ? std::string(", causal ") + to_string(p.alignment) : std::string()) +
-                            "; " + p.shapes + "); choose EmptyRowPolicy::Zero or ::Nan to allow empty rows");
+            throw MaskError(no_allowed_key_message(
+                p.function, "query row " + std::to_string(r.first_empty_row) + " of batch index " + p.batch_index_string(b),
+                p.Tq, p.Tk, p.is_causal, p.alignment, p.shapes));
         }
     }
     if (!options.check_finite) return all;

@@ -38,8 +38,9 @@ template <class T>
 MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorView<const T> xq, TensorView<const T> xk,
                    TensorView<const T> xv, std::optional<TensorView<const bool>> allowed_mask, const MhaOptions& options) {
     const std::string f = function;
-    const std::string shapes = " (query_states " + to_string(xq.shape()) + ", key_states " + to_string(xk.shape()) +
-                               ", value_states " + to_string(xv.shape()) + ")";
+    const std::string shape_list = "query_states " + to_string(xq.shape()) + ", key_states " +
+                                   to_string(xk.shape()) + ", value_states " + to_string(xv.shape());
+    const std::string shapes = " (" + shape_list + ")";
     MhaProblem p;
     p.E = m.embed_dim(), p.H = m.num_heads(), p.G = m.num_kv_heads(), p.Dh = m.head_dim(), p.kdim = m.kdim(),
     p.vdim = m.vdim();
@@ -86,9 +87,9 @@ MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorV
             for (Index h = 0; h < H; ++h)
                 for (Index i = 0; i < Tq; ++i)
                     if (!p.nonempty[static_cast<std::size_t>((b * H + h) * Tq + i)])
-                        throw MaskError(f + ": query row " + str(i) + " of batch " + str(b) + ", head " + str(h) +
-                                        " has no allowed key (Tq=" + str(Tq) + ", Tk=" + str(Tk) + ")" + shapes +
-                                        "; choose EmptyRowPolicy::Zero or ::Nan to allow empty rows");
+                        throw MaskError(no_allowed_key_message(
+                            f, "query row " + str(i) + " of batch " + str(b) + ", head " + str(h), Tq, Tk,
+                            options.is_causal, options.alignment, shape_list));
     return p;
 }
 

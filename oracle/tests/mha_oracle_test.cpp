@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attn/mha.hpp"
@@ -187,6 +188,36 @@ TEST_CASE("the module's output lies within the MHA oracle's bound, which is not 
 TEST_CASE("an MHA output element moved just past its bound is caught and named", "[oracle][mha]") {
     moved_element_is_caught<float>();
     moved_element_is_caught<double>();
+}
+
+TEST_CASE("MHA oracle: an empty row is worded as the module words it, causal alignment included",
+          "[oracle][mha][errors]") {
+    attn::MhaConfig config;
+    config.embed_dim = 4, config.num_heads = 2;
+    const attn::MultiHeadAttention<float> m(config);
+    std::mt19937_64 rng(5);
+    const Tensor<float> xq = uniform<float>({1, 3, 4}, 1.0, rng), xk = uniform<float>({1, 2, 4}, 1.0, rng);
+    attn::MhaOptions causal;  // bottom-right with Tq=3 > Tk=2: row 0 reads nothing
+    causal.is_causal = true;
+    causal.alignment = attn::CausalAlignment::BottomRight;
+    const auto message = [](auto&& f) {
+        try {
+            f();
+        } catch (const attn::MaskError& e) {
+            return std::string(e.what());
+        }
+        FAIL("no MaskError");
+        return std::string();
+    };
+    const std::string from_oracle = message([&] {
+        oracle::multi_head_attention<float>(m, xq.view(), xk.view(), xk.view(), std::nullopt, causal);
+    });
+    const std::string from_module = message([&] { m.forward(xq.view(), xk.view(), xk.view(), std::nullopt, causal); });
+    // Both name the same row and the causal rule; only the function and the listed shapes differ.
+    const std::string what = "query row 0 of batch 0, head 0 has no allowed key (Tq=3, Tk=2, causal bottom-right; ";
+    CHECK_THAT(from_oracle, Catch::Contains(what));
+    CHECK_THAT(from_module, Catch::Contains(what));
+    CHECK_THAT(from_oracle, Catch::EndsWith("choose EmptyRowPolicy::Zero or ::Nan to allow empty rows"));
 }
 
 TEST_CASE("MHA oracle: the module's contracts and what it does not cover", "[oracle][mha][errors]") {

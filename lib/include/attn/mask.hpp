@@ -27,6 +27,12 @@ inline bool causal_allows(Index i, Index j, Index Tq, Index Tk, CausalAlignment 
     return j < causal_end(i, Tq, Tk, alignment);
 }
 
+// The one wording of the empty-row MaskError for every layer (SDPA, the MHA module, the oracle): `row` names the row
+// in the caller's terms ("query row 2 of batch index [0]", "query row 2 of batch 1, head 1"), `shapes` the tensors
+// and their shapes. Ends with how to allow empty rows.
+std::string no_allowed_key_message(const std::string& function, const std::string& row, Index Tq, Index Tk,
+                                   bool is_causal, CausalAlignment alignment, const std::string& shapes);
+
 // (Tq, Tk) allowed mask of a causal rule.
 Tensor<bool> causal_allowed_mask(Index Tq, Index Tk, CausalAlignment alignment);
 
