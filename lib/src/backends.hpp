@@ -44,11 +44,18 @@ void write_empty_row(EmptyRowPolicy policy, T* output_row, Index Dv, T* weights_
 [[noreturn]] void throw_overflow(const std::string& function, const char* what, const std::string& batch_index, Index row,
                                  const std::string& shapes = {});
 
-// Runs body(0..count-1) on thread_count(options) threads (OpenMP, static schedule); rethrows the exception of the
-// lowest failing index, so errors do not depend on the thread count.
-void parallel_for(Index count, const SdpaOptions& options, const std::function<void(Index)>& body);
+// How parallel_for hands out items: in equal contiguous chunks, or one at a time to whichever thread is free
+// (items of unequal cost, e.g. causal query blocks). Which thread runs an item never changes its result.
+enum class Schedule { Static, Dynamic };
 
-// Threads for a parallel region: options.num_threads, or OpenMP's default when 0.
-int thread_count(const SdpaOptions& options);
+// The library's one parallel loop: body(0..count-1) on `threads` threads (OpenMP); rethrows the exception of the
+// lowest failing index, so errors do not depend on the thread count. Inside body, omp_get_thread_num() is the
+// thread's index in [0, threads).
+void parallel_for(Index count, int threads, const std::function<void(Index)>& body,
+                  Schedule schedule = Schedule::Static);
+
+// Threads for a parallel region: `requested`, or OpenMP's default when 0.
+int thread_count(int requested);
+inline int thread_count(const SdpaOptions& options) { return thread_count(options.num_threads); }
 
 }  // namespace attn::detail

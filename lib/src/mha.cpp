@@ -196,9 +196,7 @@ Tensor<T> project(TensorView<const T> x, const Tensor<T>& weight, const Tensor<T
     }
     const bool has_bias = bias.numel() > 0;
     Tensor<T> y({B, Tn, out});
-    SdpaOptions threads;
-    threads.num_threads = num_threads;
-    detail::parallel_for(B, threads, [&](Index b) {
+    detail::parallel_for(B, detail::thread_count(num_threads), [&](Index b) {
         T* yb = y.data() + b * Tn * out;  // (Tn, out)
         if (has_bias)
             for (Index t = 0; t < Tn; ++t) std::copy_n(bias.data(), out, yb + t * out);
@@ -261,9 +259,7 @@ MhaResult<T> attend_heads(const std::string& function, TensorView<const T> q, Te
         // written straight into the merged (B, Tq, H*Dv) layout. NaN * 0 stays NaN, as in PyTorch's dropout.
         T* weights = attended.weights->data();
         const T keep_scale = static_cast<T>(1.0 / (1.0 - dropout.p));
-        SdpaOptions threads;
-        threads.num_threads = options.num_threads;
-        detail::parallel_for(B * H, threads, [&](Index bh) {
+        detail::parallel_for(B * H, detail::thread_count(options.num_threads), [&](Index bh) {
             const Index b = bh / H, h = bh % H, g = h / R;
             T* w = weights + bh * Tq * Tk;  // (Tq, Tk)
             for (Index f = 0; f < Tq * Tk; ++f)

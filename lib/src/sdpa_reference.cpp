@@ -26,20 +26,19 @@ void throw_overflow(const std::string& function, const char* what, const std::st
                      (shapes.empty() ? std::string() : " (" + shapes + ")") + "; scale the inputs down");
 }
 
-int thread_count(const SdpaOptions& options) {
+int thread_count(int requested) {
 #ifdef _OPENMP
-    return options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+    return requested > 0 ? requested : omp_get_max_threads();
 #else
-    (void)options;
+    (void)requested;
     return 1;
 #endif
 }
 
-void parallel_for(Index count, const SdpaOptions& options, const std::function<void(Index)>& body) {
+void parallel_for(Index count, int threads, const std::function<void(Index)>& body, Schedule schedule) {
     // Exceptions cannot leave an OpenMP region: keep the one of the lowest index (what a serial loop would throw).
     std::exception_ptr first_error;
     Index first_index = count;
-    const int threads = thread_count(options);
     // A single item gains nothing from a team, and idle OpenMP workers spin-wait on a loaded machine. No OpenMP
     // construct at all then, not even a serialized region (`if (false)`): built with clang's libomp next to
     // Debian's OpenMP BLIS (libgomp), every BLIS call inside a serialized region leaked ~200 bytes (the mha fuzzer
@@ -48,8 +47,7 @@ void parallel_for(Index count, const SdpaOptions& options, const std::function<v
         for (Index i = 0; i < count; ++i) body(i);  // the lowest failing item throws first, as below
         return;
     }
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (Index i = 0; i < count; ++i) {
+    const auto run = [&](Index i) {
         try {
             body(i);
         } catch (...) {
@@ -59,6 +57,13 @@ void parallel_for(Index count, const SdpaOptions& options, const std::function<v
                 first_error = std::current_exception();
             }
         }
+    };
+    if (schedule == Schedule::Dynamic) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+        for (Index i = 0; i < count; ++i) run(i);
+    } else {
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (Index i = 0; i < count; ++i) run(i);
     }
     if (first_error) std::rethrow_exception(first_error);
 }
@@ -69,7 +74,7 @@ template <class T>
 void sdpa_reference(const SdpaProblem<T>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
                     T* output, T* weights) {
     const Index Tq = p.Tq, Tk = p.Tk, Dk = p.Dk, Dv = p.Dv;
-    parallel_for(p.batch, options, [&](Index b) {
+    parallel_for(p.batch, thread_count(options), [&](Index b) {
         const Readability& r = readable[static_cast<std::size_t>(b)];
         T* out = output + b * Tq * Dv;  // (Tq, Dv)
         T* w = weights ? weights + b * Tq * Tk : nullptr;  // (Tq, Tk)

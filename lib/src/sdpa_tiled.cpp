@@ -19,7 +19,6 @@
 // model covers: every target's Exp is measured within tiled_exp_max_ulps (lib/tests/tiled_test.cpp).
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <vector>
 #ifdef _OPENMP
@@ -323,31 +322,6 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
     }
 }
 
-// parallel_for's rule (the exception of the lowest failing item is rethrown, whatever the thread count) with a
-// dynamic schedule; which thread runs an item never changes its result.
-template <class F>
-void parallel_for_dynamic(Index count, int threads, const F& body) {
-    if (count <= 1 || threads <= 1) {  // no serialized OpenMP region: see parallel_for in sdpa_reference.cpp
-        for (Index i = 0; i < count; ++i) body(i);
-        return;
-    }
-    std::exception_ptr first_error;
-    Index first_index = count;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (Index i = 0; i < count; ++i) {
-        try {
-            body(i);
-        } catch (...) {
-#pragma omp critical(attn_tiled_error)
-            if (i < first_index) {
-                first_index = i;
-                first_error = std::current_exception();
-            }
-        }
-    }
-    if (first_error) std::rethrow_exception(first_error);
-}
-
 template <class T>
 void sdpa_tiled_impl(const SdpaProblem<T>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
                 T* output) {
@@ -371,7 +345,7 @@ void sdpa_tiled_impl(const SdpaProblem<T>& p, const std::vector<Readability>& re
     std::vector<Layout> layouts(static_cast<std::size_t>(threads), base);
     // Items (b, query block) in C order, handed out one at a time (causal items differ in cost): consecutive items
     // share b, so each thread packs the keys of a batch element about once.
-    parallel_for_dynamic(p.batch * q_blocks, threads, [&](Index item) {
+    parallel_for(p.batch * q_blocks, threads, [&](Index item) {
 #ifdef _OPENMP
         const auto t = static_cast<std::size_t>(omp_get_thread_num());
 #else
@@ -390,7 +364,7 @@ void sdpa_tiled_impl(const SdpaProblem<T>& p, const std::vector<Readability>& re
         }
         if (w.b != b) pack_keys(p, r, b, L, w);
         tile(p, r, options, b, i0, i1, L, w, output + b * p.Tq * p.Dv + i0 * p.Dv);
-    });
+    }, Schedule::Dynamic);
 }
 
 template <class T>
