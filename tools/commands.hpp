@@ -26,6 +26,9 @@ inline SdpaOptions sdpa_options_from(std::optional<double> scale, const std::str
     return options;
 }
 
+// Where the committed accuracy baselines live, one per numerics fingerprint (reports/README.md, "Drift").
+inline std::string baselines_dir() { return std::string(ATTN_SOURCE_DIR) + "/reports/baselines"; }
+
 using Action = std::function<int()>;
 
 // What an action returns when none of its subcommands was the one parsed.

@@ -62,7 +62,7 @@ Action add_report_command(CLI::App& app) {
                        : s.grid.empty() ? report::GridKind::Full
                                         : report::grid_from_string(s.grid);
         options.out_dir = s.out_dir;
-        options.baselines_dir = std::string(ATTN_SOURCE_DIR) + "/reports/baselines";
+        options.baselines_dir = baselines_dir();
         options.baseline_path = s.baseline;
         options.check = s.check;
         options.update_baseline = s.update_baseline;

@@ -10,7 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "attn/machine.hpp"
 #include "commands.hpp"
+#if ATTN_HAVE_REPORTS
+#include "attn/report/report.hpp"
+#endif
 
 namespace attn::cli {
 
@@ -69,6 +73,19 @@ std::string sanitizer_command(const std::string& label) {
            " && ctest --preset debug-asan -j " + jobs() + " " + (label.empty() ? "-LE 'properties|slow|fuzz-smoke'" : "-L '" + label + "'");
 }
 
+// For the summary's report line: whether the drift check had a baseline of this machine's fingerprint to compare
+// with (the report stage itself prints the details and the command that records one).
+std::string drift_note() {
+#if ATTN_HAVE_REPORTS
+    const std::string id = numerics_fingerprint().id();
+    return std::filesystem::exists(report::baseline_file(baselines_dir(), id))
+               ? "drift checked against the baseline of " + id
+               : "drift NOT checked: no baseline for fingerprint " + id;
+#else
+    return "";
+#endif
+}
+
 }  // namespace
 
 Action add_run_commands(CLI::App& app) {
@@ -115,7 +132,9 @@ Action add_run_commands(CLI::App& app) {
             const auto t0 = std::chrono::steady_clock::now();
             const int code = run(s.command);
             const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            results.push_back({s.name, code == 0 ? "ok" : "FAILED", sec, code == 0 ? "" : "exit " + std::to_string(code)});
+            std::string note = code == 0 ? "" : "exit " + std::to_string(code);
+            if (s.subcommand == "report") note += (note.empty() ? "" : "; ") + drift_note();
+            results.push_back({s.name, code == 0 ? "ok" : "FAILED", sec, note});
             std::cout << "== " << s.name << ": " << results.back().status << " (" << sec << " s)\n";
         }
         int exit_code = 0;

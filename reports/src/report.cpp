@@ -417,6 +417,10 @@ nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const 
     return j;
 }
 
+std::string baseline_file(const std::string& baselines_dir, const std::string& fingerprint_id) {
+    return (fs::path(baselines_dir) / (fingerprint_id + ".json")).string();
+}
+
 std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid, std::string* fingerprint_id) {
     std::ifstream in(path);
     if (!in) throw IoError("report: cannot read " + path);
@@ -454,7 +458,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     const std::string baseline_path =
         !options.baseline_path.empty() ? options.baseline_path
         : options.baselines_dir.empty() ? std::string()
-                                        : (fs::path(options.baselines_dir) / (fingerprint + ".json")).string();
+                                        : baseline_file(options.baselines_dir, fingerprint);
     std::vector<Row> baseline;
     run.drift.fingerprint = fingerprint;
     run.drift.baseline_path = shown_path(baseline_path, options.project_root);

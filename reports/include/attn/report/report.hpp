@@ -46,6 +46,9 @@ struct ReportRun {
 ReportRun run_report(const ReportOptions& options, const std::vector<const suite::Implementation*>& impls,
                      const std::vector<const suite::Implementation*>& mutants, std::ostream& log);
 
+// The baseline of a fingerprint in a baselines directory: <baselines_dir>/<fingerprint id>.json.
+std::string baseline_file(const std::string& baselines_dir, const std::string& fingerprint_id);
+
 // accuracy.json: {"schema", "grid", "fingerprint", "margin", "summary", "rows"}; see reports/README.md.
 nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const DriftMargin& margin,
                              const NumericsFingerprint& fingerprint);
