@@ -46,18 +46,22 @@ std::string joined(const std::vector<std::string>& xs) {
     return s;
 }
 
+// The portable fallback is HWY_SCALAR under g++ < 12.3 (Highway avoids EMU128 there, GCC bug 106322) and
+// HWY_EMU128 otherwise (clang: the fuzz build): either name means the fallback, so one spelling forces the same
+// path in every program of a run.
+bool names_target(const std::string& name, std::int64_t target) {
+    const bool fallback = name == "SCALAR" || name == "EMU128";
+    return name == hwy::TargetName(target) || (fallback && (target & (HWY_SCALAR | HWY_EMU128)) != 0);
+}
+
 void force(const std::string& name) {
     const std::vector<std::int64_t> usable = usable_targets();
     if (name.empty() || name == "best") {
         hwy::SetSupportedTargetsForTest(0);  // 0 ends the mock: dispatch sees the CPU again
         return;
     }
-    // The portable fallback is HWY_SCALAR under g++ < 12.3 (Highway avoids EMU128 there, GCC bug 106322) and
-    // HWY_EMU128 otherwise (clang: the fuzz build): either name means the fallback, so one spelling forces the
-    // same path in every program of a run.
-    const bool fallback = name == "SCALAR" || name == "EMU128";
     for (std::int64_t t : usable)
-        if (name == hwy::TargetName(t) || (fallback && (t & (HWY_SCALAR | HWY_EMU128)) != 0)) {
+        if (names_target(name, t)) {
             hwy::SetSupportedTargetsForTest(t);
             return;
         }
@@ -126,6 +130,12 @@ std::vector<std::string> simd_targets_compiled() {
     for (std::int64_t rest = detail::simd_compiled_targets(); rest != 0; rest &= rest - 1)
         names.emplace_back(hwy::TargetName(rest & -rest));
     return names;
+}
+
+bool is_compiled_simd_target(const std::string& name) {
+    for (std::int64_t rest = detail::simd_compiled_targets(); rest != 0; rest &= rest - 1)
+        if (names_target(name, rest & -rest)) return true;
+    return false;
 }
 
 std::string simd_target() { return hwy::TargetName(detail::simd_dispatched_target()); }

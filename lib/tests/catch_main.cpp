@@ -4,20 +4,16 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <string>
-#include <vector>
 
 #include "attn/error.hpp"
 #include "attn/machine.hpp"
 
 int main(int argc, char** argv) {
     if (const char* name = std::getenv("ATTN_SIMD_TARGET"); name && *name) {
-        const std::vector<std::string> compiled = attn::simd_targets_compiled();
-        const bool fallback = std::string(name) == "SCALAR" || std::string(name) == "EMU128";  // either spelling
-        if (!fallback && std::find(compiled.begin(), compiled.end(), name) == compiled.end()) {
+        if (!attn::is_compiled_simd_target(name)) {
             std::cerr << "ATTN_SIMD_TARGET=" << name << " is not a SIMD target of this build\n";
             return 2;
         }

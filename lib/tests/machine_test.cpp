@@ -82,6 +82,7 @@ TEST_CASE("SCALAR and EMU128 both force the portable fallback, whichever of the 
     BestTargetAfter restore;
     const std::string fallback = simd_targets().back();
     for (const char* name : {"SCALAR", "EMU128"}) {
+        CHECK(is_compiled_simd_target(name));
         force_simd_target(name);
         CHECK(simd_target() == fallback);
     }
@@ -92,6 +93,7 @@ TEST_CASE("an unknown or unsupported SIMD target is a ConfigError that lists the
     const std::string msg = error_message<ConfigError>([] { force_simd_target("NEON"); });
     CHECK_THAT(msg, Catch::Contains("force_simd_target: 'NEON'"));
     CHECK_THAT(msg, Catch::Contains(simd_targets().front()));
+    CHECK_FALSE(is_compiled_simd_target("NEON"));
 }
 
 TEST_CASE("the numerics fingerprint names the machine, and its id is stable and ignores the thread count",

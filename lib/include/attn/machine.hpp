@@ -16,6 +16,10 @@ std::vector<std::string> simd_targets();
 // Every Highway target compiled into the library, best first, whether or not this CPU can run it.
 std::vector<std::string> simd_targets_compiled();
 
+// Whether `name` names a target compiled into the library (either fallback spelling counts), whether or not this
+// CPU can run it.
+bool is_compiled_simd_target(const std::string& name);
+
 // The target the tiled kernel dispatches to now: the best of simd_targets(), or the forced one.
 std::string simd_target();
 
