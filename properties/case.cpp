@@ -13,24 +13,26 @@
 
 namespace attn::suite {
 
-const char* to_string(Dtype dtype) { return dtype == Dtype::Float ? "float" : "double"; }
-
-std::string config_string(const SdpaCase& c, const std::string& impl) {
-    std::ostringstream s;
-    s << "sdpa(B=" << c.B << ",H=" << c.H << ",Tq=" << c.Tq << ",Tk=" << c.Tk << ",Dk=" << c.Dk << ",Dv=" << c.Dv
-      << ",mask=" << c.mask_kind;
-    if (c.allowed_mask) s << "-r" << c.allowed_mask->rank();
-    if (c.mask_stride0) s << "-stride0";
-    if (c.kv_heads != c.H) s << ",kv_heads=" << c.kv_heads;
-    s << ",dtype=" << to_string(c.dtype);
-    if (c.distribution != "normal") s << ",values=" << c.distribution;
-    if (c.options.scale) s << ",scale=" << *c.options.scale;
-    if (c.options.empty_rows != EmptyRowPolicy::Throw) s << ",empty_rows=" << to_string(c.options.empty_rows);
-    if (!c.options.check_finite) s << ",check_finite=off";
-    if (c.options.num_threads != 0) s << ",threads=" << c.options.num_threads;
-    s << ",impl=" << impl << ")";
-    return s.str();
+CaseConfig config_of(const SdpaCase& c, const std::string& impl) {
+    CaseConfig config;
+    config.B = c.B, config.H = c.H, config.Tq = c.Tq, config.Tk = c.Tk, config.Dk = c.Dk, config.Dv = c.Dv;
+    config.mask = c.mask_kind;
+    config.mask_rank = c.allowed_mask ? c.allowed_mask->rank() : 0;
+    config.mask_stride0 = c.mask_stride0;
+    config.kv_heads = c.kv_heads;
+    config.dtype = c.dtype;
+    config.values = c.distribution;
+    config.logit_std = c.logit_std;
+    config.seed = c.seed;
+    config.scale = c.options.scale;
+    config.empty_rows = c.options.empty_rows;
+    config.check_finite = c.options.check_finite;
+    config.threads = c.options.num_threads;
+    config.impl = impl;
+    return config;
 }
+
+std::string config_string(const SdpaCase& c, const std::string& impl) { return config_of(c, impl).to_config(); }
 
 Index mask_rank(const SdpaCase& c) {
     if (!c.allowed_mask) return 0;

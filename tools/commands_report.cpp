@@ -20,7 +20,8 @@ namespace {
 struct ReportSettings {
     bool quick = false, full = false, check = false, update_baseline = false, no_plots = false, no_mutants = false;
     std::string grid;
-    std::string out_dir = std::string(ATTN_SOURCE_DIR) + "/reports/latest";
+    std::string out_dir;  // empty: reports/latest, or build/<preset>/report-filter under --filter
+    std::string filter;
     std::string baseline;  // empty: reports/baselines/<fingerprint id>.json
     std::vector<std::string> impls;
     int jobs = 1;
@@ -42,8 +43,12 @@ Action add_report_command(CLI::App& app) {
                      "Exit 1 when a row violated its bound or failed, or regressed against this fingerprint's baseline");
     report->add_flag("--update-baseline", settings->update_baseline,
                      "Make this run the baseline of this machine's fingerprint (or write it to --baseline FILE)");
-    report->add_option("--out", settings->out_dir, "Directory for accuracy.md, accuracy.json, index.html, plots/")
-        ->capture_default_str();
+    report->add_option("--out", settings->out_dir,
+                       "Directory for accuracy.md, accuracy.json, index.html, plots/ (default: reports/latest; with "
+                       "--filter, report-filter/ in the build directory)");
+    report->add_option("--filter", settings->filter,
+                       "Only the rows whose config string is this one, or has these fields (e.g. "
+                       "'impl=tiled,mask=causal-br,dtype=float'); drift compares only the matching baseline rows");
     report->add_option("--baseline", settings->baseline,
                        "The baseline accuracy.json (default: reports/baselines/<fingerprint id>.json; compared only "
                        "when its fingerprint is this machine's)");
@@ -61,7 +66,10 @@ Action add_report_command(CLI::App& app) {
         options.grid = s.quick ? report::GridKind::Quick
                        : s.grid.empty() ? report::GridKind::Full
                                         : report::grid_from_string(s.grid);
-        options.out_dir = s.out_dir;
+        options.out_dir = !s.out_dir.empty()  ? s.out_dir
+                          : s.filter.empty() ? std::string(ATTN_SOURCE_DIR) + "/reports/latest"
+                                             : std::string(ATTN_BINARY_DIR) + "/report-filter";
+        options.filter = s.filter;
         options.baselines_dir = baselines_dir();
         options.baseline_path = s.baseline;
         options.check = s.check;
@@ -70,7 +78,7 @@ Action add_report_command(CLI::App& app) {
         options.mutant_sweep = !s.no_mutants;
         options.mutant_table = !s.no_mutants;
         options.jobs = s.jobs;
-        options.artifact_dirs = {s.out_dir, std::string(ATTN_SOURCE_DIR) + "/reports/latest", ATTN_BINARY_DIR,
+        options.artifact_dirs = {options.out_dir, std::string(ATTN_SOURCE_DIR) + "/reports/latest", ATTN_BINARY_DIR,
                                  std::string(ATTN_BINARY_DIR) + "/bench", std::string(ATTN_BINARY_DIR) + "/fuzz",
                                  std::string(ATTN_SOURCE_DIR) + "/build/fuzz"};
         options.project_root = ATTN_SOURCE_DIR;

@@ -9,6 +9,7 @@
 #include "attn/error.hpp"
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
+#include "attn/suite/recipe.hpp"
 
 namespace attn::report {
 
@@ -73,7 +74,7 @@ bool same_model(const oracle::ErrorModel& a, const oracle::ErrorModel& b) {
 }
 
 template <class T>
-std::vector<Row> measure_t(const std::vector<const suite::Implementation*>& impls, const Case& c, DType dtype) {
+std::vector<Row> measure_t(const std::vector<const suite::Implementation*>& impls, const Case& c, Dtype dtype) {
     std::vector<Row> rows;
     for (const suite::Implementation* impl : impls) {
         Row row;
@@ -83,9 +84,12 @@ std::vector<Row> measure_t(const std::vector<const suite::Implementation*>& impl
         row.grid_case = c;
         rows.push_back(std::move(row));
     }
-    Inputs<T> in;
+    suite::CaseInputs<T> in;
+    SdpaOptions options;
     try {
-        in = make_inputs<T>(c);
+        const suite::SdpaCase sdpa_case = suite::make_case(row_config(c, "*", dtype));
+        in = suite::make_inputs<T>(sdpa_case);
+        options = sdpa_case.options;
     } catch (const std::exception& e) {
         for (Row& row : rows) row.error = std::string("inputs: ") + e.what();
         return rows;
@@ -104,12 +108,11 @@ std::vector<Row> measure_t(const std::vector<const suite::Implementation*>& impl
                 oracle::OracleOptions oracle_options;
                 oracle_options.model = impl.error_model;
                 oracles.emplace_back(impl.error_model,
-                                     oracle::scaled_dot_product_attention<T>(in.q.view(), in.k.view(), in.v.view(),
-                                                                             in.allowed_view(), in.options,
-                                                                             oracle_options));
+                                     oracle::scaled_dot_product_attention<T>(in.q_view, in.k_view, in.v_view,
+                                                                             in.allowed_view, options, oracle_options));
                 exact = &*oracles.back().second;
             }
-            const SdpaResult<T> got = impl.run<T>(in.q.view(), in.k.view(), in.v.view(), in.allowed_view(), in.options);
+            const SdpaResult<T> got = impl.run<T>(in.q_view, in.k_view, in.v_view, in.allowed_view, options);
             fill_metrics(row, got.output, *exact);
         } catch (const std::exception& e) {
             row.error = e.what();
@@ -127,13 +130,13 @@ E enum_from_string(const std::string& s, std::initializer_list<E> all, const cha
 
 }  // namespace
 
-std::vector<Row> measure(const std::vector<const suite::Implementation*>& impls, const Case& grid_case, DType dtype) {
-    return dtype == DType::Float ? measure_t<float>(impls, grid_case, dtype) : measure_t<double>(impls, grid_case, dtype);
+std::vector<Row> measure(const std::vector<const suite::Implementation*>& impls, const Case& grid_case, Dtype dtype) {
+    return dtype == Dtype::Float ? measure_t<float>(impls, grid_case, dtype) : measure_t<double>(impls, grid_case, dtype);
 }
 
 std::vector<Summary> summarize(const std::vector<Row>& rows) {
     std::vector<Summary> out;
-    std::map<std::pair<std::string, DType>, std::vector<double>> tightness;
+    std::map<std::pair<std::string, Dtype>, std::vector<double>> tightness;
     for (const Row& row : rows) {
         auto it = std::find_if(out.begin(), out.end(),
                                [&](const Summary& s) { return s.impl == row.impl && s.dtype == row.dtype; });
@@ -215,7 +218,7 @@ Row row_from_json(const nlohmann::json& j) {
         Row row;
         row.config = field("config").get<std::string>();
         row.impl = field("impl").get<std::string>();
-        row.dtype = enum_from_string(field("dtype").get<std::string>(), {DType::Float, DType::Double}, "dtype");
+        row.dtype = enum_from_string(field("dtype").get<std::string>(), {Dtype::Float, Dtype::Double}, "dtype");
         Case& c = row.grid_case;
         c.sweep = field("sweep").get<std::string>();
         c.B = field("B").get<Index>();

@@ -1,4 +1,4 @@
-// The report's grids and the seeded recipes for each input distribution.
+// The report's grids and the config strings (with their seeds) of their rows.
 #include "attn/report/grid.hpp"
 
 #include <cmath>
@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "attn/error.hpp"
-#include "attn/mask.hpp"
 
 namespace attn::report {
 
@@ -32,8 +31,6 @@ const char* to_string(MaskKind mask_kind) {
     return "?";
 }
 
-const char* to_string(DType dtype) { return dtype == DType::Float ? "float" : "double"; }
-
 const char* to_string(GridKind grid) {
     switch (grid) {
         case GridKind::Smoke: return "smoke";
@@ -49,23 +46,45 @@ GridKind grid_from_string(const std::string& name) {
     throw ConfigError("report: unknown grid '" + name + "' (known: smoke, quick, full)");
 }
 
-namespace {
-
-std::string shape_fields(const Case& c) {
+std::string seed_text(const Case& c) {
     std::ostringstream s;
-    s << "B=" << c.B << ",H=" << c.H << ",Tq=" << c.Tq << ",Tk=" << c.Tk << ",Dk=" << c.Dk << ",Dv=" << c.Dv
+    s << "sdpa(B=" << c.B << ",H=" << c.H << ",Tq=" << c.Tq << ",Tk=" << c.Tk << ",Dk=" << c.Dk << ",Dv=" << c.Dv
       << ",mask=" << to_string(c.mask_kind) << ",dist=" << to_string(c.distribution);
     if (c.distribution == Distribution::LargeLogits) s << ",logit_std=" << c.logit_std;
+    s << ")";
     return s.str();
+}
+
+namespace {
+
+// FNV-1a, 64 bits.
+std::uint64_t fnv1a(const std::string& s) {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+    return h;
 }
 
 }  // namespace
 
-std::string config_string(const Case& c, const std::string& impl, DType dtype) {
-    return "sdpa(" + shape_fields(c) + ",impl=" + impl + ",dtype=" + to_string(dtype) + ")";
+suite::CaseConfig row_config(const Case& c, const std::string& impl, Dtype dtype) {
+    suite::CaseConfig config;
+    config.B = c.B, config.H = c.H, config.Tq = c.Tq, config.Tk = c.Tk, config.Dk = c.Dk, config.Dv = c.Dv;
+    config.kv_heads = c.H;
+    config.mask = to_string(c.mask_kind);
+    // The padding (B, 1, 1, Tk) and random (B, H, Tq, Tk) masks are rank-4 tensors; causal masks are the option.
+    config.mask_rank = c.mask_kind == MaskKind::Padding || c.mask_kind == MaskKind::Random ? 4 : 0;
+    config.dtype = dtype;
+    config.values = to_string(c.distribution);
+    if (c.distribution == Distribution::LargeLogits) config.logit_std = c.logit_std;
+    config.seed = fnv1a(seed_text(c));
+    config.empty_rows = EmptyRowPolicy::Zero;
+    config.impl = impl;
+    return config;
 }
 
-std::string case_string(const Case& c) { return "sdpa(" + shape_fields(c) + ")"; }
+std::string config_string(const Case& c, const std::string& impl, Dtype dtype) {
+    return row_config(c, impl, dtype).to_config();
+}
 
 // ---- grids ---------------------------------------------------------------------------------------------------
 //
@@ -139,145 +158,5 @@ std::vector<Case> make_grid(GridKind grid) {
     }
     return cases;
 }
-
-// ---- inputs --------------------------------------------------------------------------------------------------
-
-namespace {
-
-// SplitMix64 (Steele, Lea, Flood 2014): small, seedable, the same stream on every platform.
-class Rng {
-public:
-    explicit Rng(std::uint64_t seed) : state_(seed) {}
-    std::uint64_t next() {
-        std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-    // Box-Muller; std::normal_distribution is not specified to give the same stream across library versions.
-    double normal() {
-        const double u1 = 1.0 - uniform();  // (0, 1]
-        const double u2 = uniform();
-        return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-    }
-    bool coin() { return (next() >> 63) != 0; }
-
-private:
-    std::uint64_t state_;
-};
-
-// FNV-1a of the case string: the seed of a case.
-std::uint64_t seed_of(const std::string& s) {
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
-    return h;
-}
-
-template <class T, class F>
-Tensor<T> filled(Shape shape, F&& draw) {
-    Tensor<T> t(std::move(shape));
-    for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(draw());
-    return t;
-}
-
-}  // namespace
-
-template <class T>
-Inputs<T> make_inputs(const Case& c) {
-    Rng rng(seed_of(case_string(c)));
-    const Shape q_shape{c.B, c.H, c.Tq, c.Dk}, k_shape{c.B, c.H, c.Tk, c.Dk}, v_shape{c.B, c.H, c.Tk, c.Dv};
-    const double tiny = static_cast<double>(std::numeric_limits<T>::min());  // smallest normal of T
-    const auto normal = [&] { return rng.normal(); };
-    const auto signed_binades = [&](double lo, double hi) {
-        return (rng.coin() ? -1.0 : 1.0) * std::exp2(lo + (hi - lo) * rng.uniform());
-    };
-    // 2^-1 .. 2^-24 below the smallest normal: subnormal (a few round to zero, also a case worth having).
-    const auto subnormal = [&] { return rng.normal() * tiny * std::exp2(-1.0 - 23.0 * rng.uniform()); };
-
-    Inputs<T> in;
-    switch (c.distribution) {
-        case Distribution::Normal:
-            in.q = filled<T>(q_shape, normal);
-            in.k = filled<T>(k_shape, normal);
-            in.v = filled<T>(v_shape, normal);
-            break;
-        case Distribution::LargeLogits: {
-            // logit = (q . k) / sqrt(Dk) has variance var(q) var(k) for independent entries.
-            const double s = std::sqrt(c.logit_std);
-            in.q = filled<T>(q_shape, [&] { return s * rng.normal(); });
-            in.k = filled<T>(k_shape, [&] { return s * rng.normal(); });
-            in.v = filled<T>(v_shape, normal);
-            break;
-        }
-        case Distribution::NearTies: {
-            in.q = filled<T>(q_shape, normal);
-            // k (B, H, Tk, Dk): every key row is the first one times (1 + 2^-18 noise).
-            in.k = Tensor<T>(k_shape);
-            std::vector<double> first(static_cast<std::size_t>(c.Dk));
-            for (Index bh = 0; bh < c.B * c.H; ++bh) {
-                for (double& x : first) x = rng.normal();
-                for (Index j = 0; j < c.Tk; ++j)
-                    for (Index d = 0; d < c.Dk; ++d)
-                        in.k[(bh * c.Tk + j) * c.Dk + d] = static_cast<T>(
-                            first[static_cast<std::size_t>(d)] * (1.0 + 0x1.0p-18 * rng.normal()));
-            }
-            in.v = filled<T>(v_shape, normal);
-            break;
-        }
-        case Distribution::WideRange:
-            // Four binades in q and k keep several keys in play (twenty would make every softmax one-hot and
-            // every output an exact copy of a value row); forty binades in v.
-            in.q = filled<T>(q_shape, [&] { return signed_binades(-3, 1); });
-            in.k = filled<T>(k_shape, [&] { return signed_binades(-3, 1); });
-            in.v = filled<T>(v_shape, [&] { return signed_binades(-20, 20); });
-            break;
-        case Distribution::Subnormal: {
-            const auto mixed = [&] { return rng.uniform() < 0.25 ? subnormal() : rng.normal(); };
-            in.q = filled<T>(q_shape, mixed);
-            in.k = filled<T>(k_shape, mixed);
-            in.v = filled<T>(v_shape, subnormal);
-            break;
-        }
-    }
-
-    in.options.empty_rows = EmptyRowPolicy::Zero;
-    switch (c.mask_kind) {
-        case MaskKind::None: break;
-        case MaskKind::CausalTopLeft:
-            in.options.is_causal = true;
-            in.options.alignment = CausalAlignment::TopLeft;
-            break;
-        case MaskKind::CausalBottomRight:
-            in.options.is_causal = true;
-            in.options.alignment = CausalAlignment::BottomRight;
-            break;
-        case MaskKind::Padding: {
-            // allowed (B, 1, 1, Tk): batch b keeps its first Tk - (b+1) Tk / (2B+2) keys (at least one).
-            Tensor<bool> allowed(Shape{c.B, 1, 1, c.Tk}, false);
-            for (Index b = 0; b < c.B; ++b) {
-                const Index keep = std::max<Index>(1, c.Tk - (b + 1) * c.Tk / (2 * c.B + 2));
-                for (Index j = 0; j < keep; ++j) allowed[b * c.Tk + j] = true;
-            }
-            in.allowed_mask = std::move(allowed);
-            break;
-        }
-        case MaskKind::Random: {
-            // allowed (B, H, Tq, Tk): fair coins; a row left empty gets one key back, so every row is defined.
-            Tensor<bool> allowed(Shape{c.B, c.H, c.Tq, c.Tk}, false);
-            for (Index row = 0; row < c.B * c.H * c.Tq; ++row) {
-                bool any = false;
-                for (Index j = 0; j < c.Tk; ++j) any |= (allowed[row * c.Tk + j] = rng.coin());
-                if (!any) allowed[row * c.Tk + static_cast<Index>(rng.next() % static_cast<std::uint64_t>(c.Tk))] = true;
-            }
-            in.allowed_mask = std::move(allowed);
-            break;
-        }
-    }
-    return in;
-}
-
-template Inputs<float> make_inputs<float>(const Case&);
-template Inputs<double> make_inputs<double>(const Case&);
 
 }  // namespace attn::report

@@ -95,10 +95,10 @@ bool run_gnuplot(const fs::path& script, std::string& problem) {
     return false;
 }
 
-const char* colour(DType dtype) { return dtype == DType::Float ? "#1f77b4" : "#d62728"; }
+const char* colour(Dtype dtype) { return dtype == Dtype::Float ? "#1f77b4" : "#d62728"; }
 
 // Unit roundoff u of the dtype: 2^-24 for float, 2^-53 for double.
-double unit_roundoff(DType dtype) { return dtype == DType::Float ? 0x1.0p-24 : 0x1.0p-53; }
+double unit_roundoff(Dtype dtype) { return dtype == Dtype::Float ? 0x1.0p-24 : 0x1.0p-53; }
 
 }  // namespace
 
@@ -120,7 +120,7 @@ Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
 
     for (const std::string& impl : impls) {
         for (const Sweep& sweep : sweeps) {
-            std::map<DType, std::vector<const Row*>> series;
+            std::map<Dtype, std::vector<const Row*>> series;
             const Row* first = nullptr;
             for (const Row& row : rows) {
                 if (row.impl != impl || row.grid_case.sweep != sweep.name || !row.error.empty()) continue;

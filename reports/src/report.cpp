@@ -77,8 +77,8 @@ private:
 
 // Every (case, dtype) unit measured by `jobs` workers; the rows come back in grid order whatever the scheduling.
 std::vector<Row> sweep(const std::vector<Case>& cases, const std::vector<const suite::Implementation*>& impls,
-                       int jobs, const std::string& what) {
-    const DType dtypes[] = {DType::Float, DType::Double};
+                       int jobs, const std::string& what, const std::string& filter = "") {
+    const Dtype dtypes[] = {Dtype::Float, Dtype::Double};
     const Index units = static_cast<Index>(cases.size()) * 2;
     std::vector<std::vector<Row>> results(static_cast<std::size_t>(units));
     Progress progress(units, what);
@@ -86,8 +86,11 @@ std::vector<Row> sweep(const std::vector<Case>& cases, const std::vector<const s
     const auto worker = [&] {
         for (Index u = next++; u < units; u = next++) {
             const Case& c = cases[static_cast<std::size_t>(u / 2)];
-            const DType dtype = dtypes[u % 2];
-            results[static_cast<std::size_t>(u)] = measure(impls, c, dtype);
+            const Dtype dtype = dtypes[u % 2];
+            std::vector<const suite::Implementation*> selected;
+            for (const suite::Implementation* impl : impls)
+                if (suite::config_matches(config_string(c, impl->name, dtype), filter)) selected.push_back(impl);
+            if (!selected.empty()) results[static_cast<std::size_t>(u)] = measure(selected, c, dtype);
             progress.step(config_string(c, "*", dtype));
         }
     };
@@ -123,6 +126,14 @@ std::string index_string(const Shape& idx) {
     }
     return s + ")";
 }
+
+}  // namespace
+
+std::string reproduce_command(const ReportOptions& options, const std::string& row_config) {
+    return "./" + options.command + " --check --no-mutants --no-plots --filter '" + row_config + "'";
+}
+
+namespace {
 
 // The command that records a baseline for this machine with the grid of this run.
 std::string record_command(const ReportOptions& options) { return "./" + options.command + " --update-baseline"; }
@@ -469,11 +480,21 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     // Another fingerprint rounds differently within the same bounds: its rows say nothing about drift here.
     const bool comparable = run.drift.baseline_found && run.drift.baseline_fingerprint == fingerprint;
 
+    if (!options.filter.empty()) {
+        if (options.update_baseline) throw ConfigError("report: --update-baseline records the whole grid, not --filter");
+        (void)suite::config_matches(config_string(Case{}, "x", Dtype::Float), options.filter);  // names a bad field now
+        std::erase_if(baseline, [&](const Row& r) { return !suite::config_matches(r.config, options.filter); });
+    }
+
     // 2. The sweep.
     const std::vector<Case> cases = make_grid(options.grid);
     log << "attn report: grid " << to_string(options.grid) << ", " << cases.size() << " cases x 2 dtypes x "
-        << impls.size() << " implementations, fingerprint " << fingerprint << std::endl;
-    run.rows = sweep(cases, impls, options.jobs, "report");
+        << impls.size() << " implementations"
+        << (options.filter.empty() ? std::string() : ", only rows matching '" + options.filter + "'")
+        << ", fingerprint " << fingerprint << std::endl;
+    run.rows = sweep(cases, impls, options.jobs, "report", options.filter);
+    if (run.rows.empty()) throw ConfigError("report: no row of grid " + std::string(to_string(options.grid)) +
+                                            " matches '" + options.filter + "'");
     run.summaries = summarize(run.rows);
 
     // 3. Drift.
@@ -555,7 +576,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
                 << (r.error.empty() ? std::to_string(r.violations) + " elements above their bound, worst " +
                                           index_string(r.worst_index)
                                     : r.error)
-                << "\n";
+                << "\n  reproduce: " << reproduce_command(options, r.config) << "\n";
         }
     if (!run.drift.checked) {
         log << not_checked_line(run.drift, record_command(options), false) << "\n";
@@ -563,7 +584,9 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
         log << "drift: " << run.drift.compared << " rows compared with " << run.drift.baseline_path
             << " (fingerprint " << fingerprint << ", "
             << run.drift.identical_rows << " identical), " << run.drift.regressions.size() << " regressed\n";
-        for (const RowDrift& d : run.drift.regressions) log << "REGRESSED " << d.config << ": " << d.reason << "\n";
+        for (const RowDrift& d : run.drift.regressions)
+            log << "REGRESSED " << d.config << ": " << d.reason << "\n  reproduce: " << reproduce_command(options, d.config)
+                << "\n";
     }
     log << "wrote " << (out_dir / "accuracy.md").string() << ", " << (out_dir / "index.html").string() << ", "
         << json_path.string() << ", " << plots.plots.size() << " plots\n";

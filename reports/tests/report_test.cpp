@@ -12,19 +12,46 @@
 #include <unistd.h>
 
 #include "attn/report/report.hpp"
+#include "attn/suite/recipe.hpp"
 #include "attn/suite/registry.hpp"
 
 using namespace attn;
 using namespace attn::report;
 namespace fs = std::filesystem;
 
-TEST_CASE("report rows are named by the suite's config string") {
+namespace {
+
+// FNV-1a 64 (Fowler, Noll, Vo), written out again here so the seed recipe is checked against the definition.
+std::uint64_t fnv1a_64(const std::string& s) {
+    std::uint64_t h = 14695981039346656037ull;
+    for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+    return h;
+}
+
+std::string hex(std::uint64_t x) {
+    std::ostringstream s;
+    s << "0x" << std::hex << x;
+    return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("report rows are named by the suite's config string, with the seed of their inputs") {
+    CHECK(fnv1a_64("a") == 0xaf63dc4c8601ec8cull);  // the published FNV-1a 64 test vector
     const Case c{"grid", 1, 2, 7, 9, 16, 8, MaskKind::CausalBottomRight, Distribution::NearTies, 1};
-    CHECK(config_string(c, "reference", DType::Float) ==
-          "sdpa(B=1,H=2,Tq=7,Tk=9,Dk=16,Dv=8,mask=causal-br,dist=near-ties,impl=reference,dtype=float)");
+    CHECK(seed_text(c) == "sdpa(B=1,H=2,Tq=7,Tk=9,Dk=16,Dv=8,mask=causal-br,dist=near-ties)");
+    CHECK(config_string(c, "reference", Dtype::Float) ==
+          "sdpa(B=1,H=2,Tq=7,Tk=9,Dk=16,Dv=8,mask=causal-br,dtype=float,values=near-ties,seed=" +
+              hex(fnv1a_64(seed_text(c))) + ",empty_rows=zero,impl=reference)");
     const Case big{"logit-scale", 1, 1, 4, 96, 32, 16, MaskKind::None, Distribution::LargeLogits, 64};
-    CHECK(config_string(big, "tiled", DType::Double) ==
-          "sdpa(B=1,H=1,Tq=4,Tk=96,Dk=32,Dv=16,mask=none,dist=large-logits,logit_std=64,impl=tiled,dtype=double)");
+    CHECK(seed_text(big) == "sdpa(B=1,H=1,Tq=4,Tk=96,Dk=32,Dv=16,mask=none,dist=large-logits,logit_std=64)");
+    CHECK(config_string(big, "tiled", Dtype::Double) ==
+          "sdpa(B=1,H=1,Tq=4,Tk=96,Dk=32,Dv=16,mask=none,dtype=double,values=large-logits,logit_std=64,seed=" +
+              hex(fnv1a_64(seed_text(big))) + ",empty_rows=zero,impl=tiled)");
+    const Case pad{"grid", 2, 2, 7, 9, 16, 8, MaskKind::Padding, Distribution::Normal, 16};
+    CHECK(config_string(pad, "mha", Dtype::Float) ==
+          "sdpa(B=2,H=2,Tq=7,Tk=9,Dk=16,Dv=8,mask=padding-r4,dtype=float,seed=" + hex(fnv1a_64(seed_text(pad))) +
+              ",empty_rows=zero,impl=mha)");
 }
 
 TEST_CASE("the quick grid covers what the report promises") {
@@ -38,7 +65,7 @@ TEST_CASE("the quick grid covers what the report promises") {
         max_Dk = std::max(max_Dk, c.Dk);
         tq_ne_tk |= c.Tq != c.Tk;
         dist_mask.insert({static_cast<int>(c.distribution), static_cast<int>(c.mask_kind)});
-        CHECK(names.insert(case_string(c)).second);  // every case has its own name, hence its own seed
+        CHECK(names.insert(seed_text(c)).second);  // every case has its own name, hence its own seed
     }
     CHECK(max_Tk >= 4096);
     CHECK(max_Dk >= 512);
@@ -49,22 +76,28 @@ TEST_CASE("the quick grid covers what the report promises") {
 
 TEST_CASE("inputs are seeded by the case: the same case gives the same bits") {
     const Case c{"grid", 2, 2, 7, 9, 16, 8, MaskKind::Random, Distribution::WideRange, 1};
-    const auto a = make_inputs<double>(c), b = make_inputs<double>(c);
+    const suite::SdpaCase a = suite::make_case(row_config(c, "tiled", Dtype::Double));
+    const suite::SdpaCase b = suite::make_case(row_config(c, "reference", Dtype::Double));
     for (Index i = 0; i < a.q.numel(); ++i) REQUIRE(a.q[i] == b.q[i]);
     for (Index i = 0; i < a.v.numel(); ++i) REQUIRE(a.v[i] == b.v[i]);
     REQUIRE(a.allowed_mask);
+    CHECK(a.allowed_mask->shape() == Shape{2, 2, 7, 9});
     // Every query row of the random mask reads at least one key.
     for (Index row = 0; row < 2 * 2 * 7; ++row) {
         bool any = false;
         for (Index j = 0; j < 9; ++j) any |= (*a.allowed_mask)[row * 9 + j];
         CHECK(any);
     }
+    // The float row sees the same draws, rounded to float.
+    const suite::SdpaCase f = suite::make_case(row_config(c, "tiled", Dtype::Float));
+    for (Index i = 0; i < a.q.numel(); ++i) REQUIRE(f.q[i] == static_cast<double>(static_cast<float>(a.q[i])));
 }
 
 template <class T>
 void check_subnormal_values() {
     const Case c{"grid", 1, 1, 3, 5, 4, 4, MaskKind::None, Distribution::Subnormal, 1};
-    const auto in = make_inputs<T>(c);
+    const auto in = suite::make_inputs<T>(
+        suite::make_case(row_config(c, "reference", std::is_same_v<T, float> ? Dtype::Float : Dtype::Double)));
     Index subnormal = 0;
     for (Index i = 0; i < in.v.numel(); ++i) subnormal += std::fpclassify(in.v[i]) == FP_SUBNORMAL;
     CHECK(subnormal >= in.v.numel() / 2);
@@ -79,7 +112,7 @@ TEST_CASE("a row survives its JSON form, non-finite numbers included") {
     Row r;
     r.config = "sdpa(x)";
     r.impl = "reference";
-    r.dtype = DType::Double;
+    r.dtype = Dtype::Double;
     r.grid_case = {"tk", 1, 1, 3, 64, 64, 32, MaskKind::Padding, Distribution::LargeLogits, 16};
     r.max_ulp = std::numeric_limits<double>::infinity();
     r.p99_ulp = 1.5;
@@ -89,7 +122,7 @@ TEST_CASE("a row survives its JSON form, non-finite numbers included") {
     r.error = "boom";
     const Row back = row_from_json(nlohmann::json::parse(to_json(r).dump()));
     CHECK(back.config == r.config);
-    CHECK(back.dtype == DType::Double);
+    CHECK(back.dtype == Dtype::Double);
     CHECK(back.grid_case.mask_kind == MaskKind::Padding);
     CHECK(back.grid_case.Tk == 64);
     CHECK(std::isinf(back.max_ulp));
@@ -360,6 +393,42 @@ TEST_CASE("a row whose tightness grows beyond the margin is flagged against its 
     CHECK(run.drift.regressions[0].reason.rfind("max tightness ", 0) == 0);
     CHECK(log.str().find("REGRESSED " + tighter + ": max tightness") != std::string::npos);
     CHECK(log.str().find("REGRESSED " + more_ulps) == std::string::npos);
+
+    // The printed reproduction reruns exactly that row: one row, the same measurement, flagged again.
+    CHECK(log.str().find("  reproduce: ./attn report --grid smoke --check --no-mutants --no-plots --filter '" + tighter +
+                         "'\n") != std::string::npos);
+    ReportOptions one = o;
+    one.filter = tighter;
+    std::ostringstream one_log;
+    const ReportRun rerun = run_report(one, {&suite::implementation("reference")}, {}, one_log);
+    REQUIRE(rerun.rows.size() == 1);
+    CHECK(rerun.rows[0].config == tighter);
+    CHECK(rerun.exit_code == 1);
+    REQUIRE(rerun.drift.regressions.size() == 1);
+    CHECK(rerun.drift.compared == 1);  // only the baseline rows that match the filter
+    for (const Row& r : run.rows)
+        if (r.config == tighter) CHECK(r.max_tightness == rerun.rows[0].max_tightness);
+}
+
+TEST_CASE("attn report --filter selects rows by fields and refuses what it cannot do") {
+    TempDir dir;
+    ReportOptions o = smoke_options(dir);
+    o.filter = "impl=reference,dtype=float,mask=padding";
+    std::ostringstream log;
+    const ReportRun run = run_report(o, {&suite::implementation("reference"), &suite::implementation("tiled")}, {}, log);
+    REQUIRE_FALSE(run.rows.empty());
+    for (const Row& r : run.rows) {
+        CHECK(r.impl == "reference");
+        CHECK(r.dtype == Dtype::Float);
+        CHECK(r.grid_case.mask_kind == MaskKind::Padding);
+    }
+    o.filter = "impl=nobody";
+    CHECK_THROWS_AS(run_report(o, {&suite::implementation("reference")}, {}, log), ConfigError);
+    o.filter = "colour=red";
+    CHECK_THROWS_AS(run_report(o, {&suite::implementation("reference")}, {}, log), ConfigError);
+    o.filter = "impl=reference";
+    o.update_baseline = true;
+    CHECK_THROWS_AS(run_report(o, {&suite::implementation("reference")}, {}, log), ConfigError);
 }
 
 TEST_CASE("attn report --check fails on a bound violation even without a baseline") {
@@ -377,4 +446,21 @@ TEST_CASE("attn report --check fails on a bound violation even without a baselin
     CHECK(violations > 0);
     CHECK(log.str().find("drift not checked: no baseline") != std::string::npos);
     CHECK(log.str().find("attn report --check: FAILED") != std::string::npos);
+
+    // Every failed row is printed with the command that reruns it; rerun, it fails the same way.
+    const Row* failed = nullptr;
+    for (const Row& r : run.rows)
+        if (!failed && r.violations > 0) failed = &r;
+    REQUIRE(failed);
+    CHECK(log.str().find("FAILED " + failed->config) != std::string::npos);
+    CHECK(log.str().find("reproduce: " + reproduce_command(o, failed->config)) != std::string::npos);
+    ReportOptions one = o;
+    one.filter = failed->config;
+    std::ostringstream one_log;
+    const ReportRun rerun = run_report(one, {&broken}, {}, one_log);
+    REQUIRE(rerun.rows.size() == 1);
+    CHECK(rerun.exit_code == 1);
+    CHECK(rerun.rows[0].violations == failed->violations);
+    CHECK(rerun.rows[0].worst_index == failed->worst_index);
+    CHECK(rerun.rows[0].worst_computed == failed->worst_computed);
 }

@@ -9,13 +9,10 @@
 #include <string>
 
 #include "attn/sdpa.hpp"
+#include "attn/suite/config.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::suite {
-
-enum class Dtype { Float, Double };
-const char* to_string(Dtype dtype);
-using attn::to_string;
 
 // Shapes (the letters of the whole project):
 //   q (B, H, Tq, Dk); k (B, kv_heads, Tk, Dk); v (B, kv_heads, Tk, Dv); output (B, H, Tq, Dv).
@@ -34,14 +31,19 @@ struct SdpaCase {
     std::optional<Tensor<bool>> allowed_mask;  // explicit allowed mask in its own broadcastable shape (rank 2..4)
     bool mask_stride0 = false;                 // pass the mask expanded to (B, H, Tq, Tk) as a stride-0 view
     std::string distribution = "normal";       // how the values were drawn (config string only)
+    // Set when the values and the mask follow from the recipe `distribution` with this seed (attn/suite/recipe.hpp):
+    // the config string then names the case completely.
+    std::optional<std::uint64_t> seed;
+    std::optional<double> logit_std;           // the large-logits recipe's parameter
     SdpaOptions options;
     std::uint64_t aux_seed = 0;                // seeds a property's own perturbations (SplitMix64, suite/rng.hpp)
     std::map<std::string, double> params;      // a property's own parameters (shift sizes, cut positions, ...)
 };
 
-// "sdpa(B=2,H=4,Tq=7,Tk=9,Dk=16,Dv=8,mask=causal-br,impl=reference)" plus the parts that differ from the
-// defaults (dtype, kv heads, stride-0 mask, distribution, policy), in a fixed order. Used in messages, case file
-// names and report rows.
+// What the case is, run by `impl` (attn/suite/config.hpp), and its config string
+// "sdpa(B=2,H=4,Tq=7,Tk=9,Dk=16,Dv=8,mask=causal-br,dtype=float,impl=reference)": used in messages, case file
+// names, report rows and reproduction lines.
+CaseConfig config_of(const SdpaCase& c, const std::string& impl);
 std::string config_string(const SdpaCase& c, const std::string& impl);
 
 // Rank of the explicit mask as passed (0 when there is none; 5 for a grouped-query mask view).

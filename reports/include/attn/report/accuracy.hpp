@@ -15,7 +15,7 @@ namespace attn::report {
 struct Row {
     std::string config;  // config_string(case, impl, dtype): the row's identity across runs
     std::string impl;
-    DType dtype = DType::Float;
+    Dtype dtype = Dtype::Float;
     Case grid_case;
 
     std::string error;  // non-empty when the implementation or the oracle threw: the row failed
@@ -39,11 +39,11 @@ struct Row {
 
 // Runs every implementation on the case's inputs in one dtype and compares each with the oracle (bound for its
 // error model); a row whose implementation or oracle threw carries the message in `error`.
-std::vector<Row> measure(const std::vector<const suite::Implementation*>& impls, const Case& grid_case, DType dtype);
+std::vector<Row> measure(const std::vector<const suite::Implementation*>& impls, const Case& grid_case, Dtype dtype);
 
 struct Summary {
     std::string impl;
-    DType dtype = DType::Float;
+    Dtype dtype = Dtype::Float;
     Index rows = 0, failed_rows = 0, violations = 0, unbounded = 0;
     double max_ulp = 0, max_p99_ulp = 0, max_rel = 0, max_tightness = 0, median_tightness = 0;
     std::string worst_config;  // the row with the largest tightness

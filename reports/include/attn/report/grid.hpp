@@ -1,4 +1,5 @@
-// attn/report/grid.hpp: the accuracy report's grid (shapes x input distributions x masks) and its seeded inputs.
+// attn/report/grid.hpp: the accuracy report's grid (shapes x input distributions x masks); each grid point is a
+// config string with a seed, so its inputs are the suite's recipe (attn/suite/recipe.hpp).
 #pragma once
 
 #include <cstdint>
@@ -7,11 +8,14 @@
 #include <vector>
 
 #include "attn/sdpa.hpp"
+#include "attn/suite/config.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::report {
 
-// How the inputs of a case are drawn (see make_inputs for the exact recipes).
+using suite::Dtype;
+
+// How the inputs of a case are drawn: the recipes of the same names (attn/suite/recipe.hpp).
 enum class Distribution {
     Normal,       // q, k, v ~ N(0, 1): logits ~ N(0, 1) after the 1/sqrt(Dk) scale
     LargeLogits,  // q, k ~ N(0, sqrt(logit_std)): logits ~ N(0, logit_std^2); v ~ N(0, 1)
@@ -28,11 +32,9 @@ enum class MaskKind {
     Random,             // (B, H, Tq, Tk) allowed mask, each key allowed with probability 1/2
 };
 
-enum class DType { Float, Double };
-
 const char* to_string(Distribution distribution);  // "normal", "large-logits", "near-ties", "wide-range", "subnormal"
 const char* to_string(MaskKind mask_kind);          // "none", "causal-tl", "causal-br", "padding", "random"
-const char* to_string(DType dtype);                 // "float", "double"
+using suite::to_string;                             // Dtype: "float", "double"
 
 // One grid point, independent of the implementation and the dtype.
 struct Case {
@@ -43,13 +45,15 @@ struct Case {
     double logit_std = 1;  // only meaningful (and only printed) for LargeLogits
 };
 
-// The config string naming a report row, as in every failure message of the suite:
-// sdpa(B=1,H=2,Tq=7,Tk=9,Dk=16,Dv=8,mask=causal-br,dist=near-ties,impl=reference,dtype=float).
-// Large-logit cases carry their logit standard deviation after dist: dist=large-logits,logit_std=64.
-std::string config_string(const Case& c, const std::string& impl, DType dtype);
-// The same without impl and dtype: the seed of the case's inputs, so every implementation and both dtypes
-// see the same draws.
-std::string case_string(const Case& c);
+// The config of a report row: the case run by `impl` in `dtype`, with empty_rows=zero (bottom-right causal masks
+// with Tq > Tk have empty rows) and the seed of the case, e.g.
+// sdpa(B=1,H=2,Tq=7,Tk=9,Dk=16,Dv=8,mask=causal-br,dtype=float,values=near-ties,seed=0x..,empty_rows=zero,impl=tiled).
+// The seed is the FNV-1a hash of the case's seed text, so every implementation and both dtypes see the same draws.
+suite::CaseConfig row_config(const Case& c, const std::string& impl, Dtype dtype);
+std::string config_string(const Case& c, const std::string& impl, Dtype dtype);  // row_config(...).to_config()
+// sdpa(B=..,H=..,Tq=..,Tk=..,Dk=..,Dv=..,mask=<kind>,dist=<distribution>[,logit_std=..]): what the seed hashes
+// (the spelling of the report's first rows, kept so that every row keeps its inputs).
+std::string seed_text(const Case& c);
 
 enum class GridKind {
     Smoke,  // a handful of small cases, for tests
@@ -60,22 +64,5 @@ enum class GridKind {
 const char* to_string(GridKind grid);
 GridKind grid_from_string(const std::string& name);  // ConfigError listing the names otherwise
 std::vector<Case> make_grid(GridKind grid);
-
-// The inputs of one case in dtype T: q (B, H, Tq, Dk), k (B, H, Tk, Dk), v (B, H, Tk, Dv), the allowed mask when
-// the case has an explicit one ((B, 1, 1, Tk) padding or (B, H, Tq, Tk) random) and the options (causal flag and
-// alignment; empty rows, which bottom-right causal masks with Tq > Tk have, give zero rows).
-template <class T>
-struct Inputs {
-    Tensor<T> q, k, v;
-    std::optional<Tensor<bool>> allowed_mask;
-    SdpaOptions options;
-    std::optional<TensorView<const bool>> allowed_view() const {
-        if (!allowed_mask) return std::nullopt;
-        return allowed_mask->view();
-    }
-};
-
-template <class T>
-Inputs<T> make_inputs(const Case& c);
 
 }  // namespace attn::report

@@ -27,6 +27,9 @@ struct ReportOptions {
     bool mutant_sweep = true;   // also run every mutant on the small cross-product cases (a kill column)
     bool mutant_table = true;   // run the property suite's mutant table (attn mutants) into the report
     int jobs = 1;               // worker threads over the grid (rows are independent; results keep grid order)
+    // Only the rows whose config string matches (suite::config_matches: a whole config string, or fields such as
+    // "impl=tiled,mask=causal-br"); drift then compares only the baseline rows that match too. "" = every row.
+    std::string filter;
     std::vector<std::string> artifact_dirs;  // where fuzz.json and bench.json are looked for
     std::string command = "attn report";     // as typed, for the report header
     std::string project_root;                // paths inside it are shown relative to it in the report
@@ -39,6 +42,9 @@ struct ReportRun {
     Drift drift;
     int exit_code = 0;  // 0, or 1 under --check when something regressed, violated or failed
 };
+
+// The command line that reruns exactly one row (every failed or regressed row is printed with it).
+std::string reproduce_command(const ReportOptions& options, const std::string& row_config);
 
 // Runs the grid over `impls` (the correct implementations), compares with the baseline, writes the report and
 // prints a plain log to `log` (the progress bar goes to stderr when it is a terminal). `mutants` feed the mutant

@@ -1,0 +1,25 @@
+// attn/suite/recipe.hpp: the inputs a config string with a seed names (the report's rows, `attn properties --case`).
+//
+// The values are drawn by SplitMix64 (attn/suite/rng.hpp) seeded with the config's `seed`, q then k then v in
+// C order, rounded to the dtype as drawn; then the mask. Recipes (`values=`):
+//   normal        q, k, v ~ N(0, 1): logits ~ N(0, 1) after the 1/sqrt(Dk) scale
+//   large-logits  q, k ~ N(0, sqrt(logit_std)): logits ~ N(0, logit_std^2); v ~ N(0, 1)
+//   near-ties     q, v ~ N(0, 1); per (batch, K/V head) every key row is one N(0, 1) row times (1 + 2^-18 N(0, 1))
+//   wide-range    random signs, |q|, |k| = 2^U(-3, 1), |v| = 2^U(-20, 20): forty binades in the weighted sum
+//   subnormal     v = N(0, 1) x smallest normal x 2^U(-24, -1) (subnormal in the dtype); a quarter of q, k too
+// Masks (`mask=`): none; causal-tl and causal-br (the is_causal option); padding-r4 ((B, 1, 1, Tk): batch b keeps its
+// first max(1, Tk - (b+1) Tk / (2B+2)) keys); random-r4 ((B, H, Tq, Tk) fair coins, an empty row gets one key back).
+// The property generator's value kinds of the same names (properties/generators.hpp) are other recipes: a config
+// without a seed names those, and its case file holds the values.
+#pragma once
+
+#include "attn/suite/case.hpp"
+#include "attn/suite/config.hpp"
+
+namespace attn::suite {
+
+// The case a config with a seed names; ConfigError (naming the field) when it has no seed or asks for a recipe,
+// mask or layout there is none for.
+SdpaCase make_case(const CaseConfig& config);
+
+}  // namespace attn::suite

@@ -1,0 +1,150 @@
+// The recipes of attn/suite/recipe.hpp: a config string with a seed -> its case.
+#include "attn/suite/recipe.hpp"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attn/error.hpp"
+#include "attn/mask.hpp"
+#include "attn/suite/rng.hpp"
+
+namespace attn::suite {
+
+namespace {
+
+// The recipes' normal: Box-Muller with u1 = 1 - U in (0, 1]; not Rng::normal, whose stream differs (it draws u1
+// from U and skips 0), because the report's rows, compared across runs, were drawn with this one.
+double recipe_normal(Rng& rng) {
+    const double u1 = 1.0 - rng.uniform();
+    const double u2 = rng.uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+bool coin(Rng& rng) { return (rng.next() >> 63) != 0; }  // the top bit
+
+[[noreturn]] void no_recipe(const CaseConfig& c, const std::string& what) {
+    throw ConfigError("config string '" + c.to_config() + "': " + what);
+}
+
+template <class F>
+Tensor<double> filled(Dtype dtype, Shape shape, F&& draw) {
+    Tensor<double> t(std::move(shape));
+    for (Index i = 0; i < t.numel(); ++i) t[i] = dtype == Dtype::Float ? static_cast<double>(static_cast<float>(draw())) : draw();
+    return t;
+}
+
+void draw_values(SdpaCase& c, Rng& rng) {
+    const Dtype d = c.dtype;
+    const Shape q_shape{c.B, c.H, c.Tq, c.Dk}, k_shape{c.B, c.kv_heads, c.Tk, c.Dk}, v_shape{c.B, c.kv_heads, c.Tk, c.Dv};
+    const double tiny = d == Dtype::Float ? static_cast<double>(std::numeric_limits<float>::min())
+                                          : std::numeric_limits<double>::min();  // smallest normal of the dtype
+    const auto normal = [&] { return recipe_normal(rng); };
+    const auto signed_binades = [&](double lo, double hi) {
+        return (coin(rng) ? -1.0 : 1.0) * std::exp2(lo + (hi - lo) * rng.uniform());
+    };
+    // 2^-1 .. 2^-24 below the smallest normal: subnormal (a few round to zero, also a case worth having).
+    const auto subnormal = [&] { return recipe_normal(rng) * tiny * std::exp2(-1.0 - 23.0 * rng.uniform()); };
+    const std::string& values = c.distribution;
+    if (values == "normal") {
+        c.q = filled(d, q_shape, normal);
+        c.k = filled(d, k_shape, normal);
+        c.v = filled(d, v_shape, normal);
+    } else if (values == "large-logits") {
+        if (!c.logit_std) no_recipe(config_of(c, "?"), "values=large-logits needs logit_std");
+        // logit = (q . k) / sqrt(Dk) has variance var(q) var(k) for independent entries.
+        const double s = std::sqrt(*c.logit_std);
+        c.q = filled(d, q_shape, [&] { return s * recipe_normal(rng); });
+        c.k = filled(d, k_shape, [&] { return s * recipe_normal(rng); });
+        c.v = filled(d, v_shape, normal);
+    } else if (values == "near-ties") {
+        c.q = filled(d, q_shape, normal);
+        c.k = Tensor<double>(k_shape);
+        std::vector<double> first(static_cast<std::size_t>(c.Dk));
+        for (Index bh = 0; bh < c.B * c.kv_heads; ++bh) {
+            for (double& x : first) x = recipe_normal(rng);
+            for (Index j = 0; j < c.Tk; ++j)
+                for (Index x = 0; x < c.Dk; ++x) {
+                    const double y = first[static_cast<std::size_t>(x)] * (1.0 + 0x1.0p-18 * recipe_normal(rng));
+                    c.k[(bh * c.Tk + j) * c.Dk + x] = d == Dtype::Float ? static_cast<double>(static_cast<float>(y)) : y;
+                }
+        }
+        c.v = filled(d, v_shape, normal);
+    } else if (values == "wide-range") {
+        // Four binades in q and k keep several keys in play (twenty would make every softmax one-hot and every
+        // output an exact copy of a value row); forty binades in v.
+        c.q = filled(d, q_shape, [&] { return signed_binades(-3, 1); });
+        c.k = filled(d, k_shape, [&] { return signed_binades(-3, 1); });
+        c.v = filled(d, v_shape, [&] { return signed_binades(-20, 20); });
+    } else if (values == "subnormal") {
+        const auto mixed = [&] { return rng.uniform() < 0.25 ? subnormal() : recipe_normal(rng); };
+        c.q = filled(d, q_shape, mixed);
+        c.k = filled(d, k_shape, mixed);
+        c.v = filled(d, v_shape, subnormal);
+    } else {
+        no_recipe(config_of(c, "?"), "no recipe for values=" + values +
+                                         " (known: normal, large-logits, near-ties, wide-range, subnormal)");
+    }
+}
+
+void draw_mask(SdpaCase& c, const CaseConfig& config, Rng& rng) {
+    const std::string& kind = config.mask;
+    if (config.mask_stride0) no_recipe(config, "no recipe for a stride-0 mask view");
+    if ((kind == "causal-tl" || kind == "causal-br") && (config.mask_rank == 0 || config.mask_rank == 2)) {
+        const CausalAlignment a = kind == "causal-tl" ? CausalAlignment::TopLeft : CausalAlignment::BottomRight;
+        if (config.mask_rank == 2) {
+            c.allowed_mask = causal_allowed_mask(c.Tq, c.Tk, a);
+        } else {
+            c.options.is_causal = true;
+            c.options.alignment = a;
+        }
+    } else if (kind == "padding" && config.mask_rank == 4) {
+        Tensor<bool> allowed(Shape{c.B, 1, 1, c.Tk}, false);
+        for (Index b = 0; b < c.B; ++b) {
+            const Index keep = std::max<Index>(1, c.Tk - (b + 1) * c.Tk / (2 * c.B + 2));
+            for (Index j = 0; j < keep; ++j) allowed[b * c.Tk + j] = true;
+        }
+        c.allowed_mask = std::move(allowed);
+    } else if (kind == "random" && config.mask_rank == 4) {
+        Tensor<bool> allowed(Shape{c.B, c.H, c.Tq, c.Tk}, false);
+        for (Index row = 0; row < c.B * c.H * c.Tq; ++row) {
+            bool any = false;
+            for (Index j = 0; j < c.Tk; ++j) any |= (allowed[row * c.Tk + j] = coin(rng));
+            if (!any) allowed[row * c.Tk + static_cast<Index>(rng.next() % static_cast<std::uint64_t>(c.Tk))] = true;
+        }
+        c.allowed_mask = std::move(allowed);
+    } else if (kind != "none" || config.mask_rank != 0) {
+        no_recipe(config, "no recipe for mask=" + kind + (config.mask_rank ? "-r" + std::to_string(config.mask_rank) : "") +
+                              " (known: none, causal-tl, causal-br, causal-tl-r2, causal-br-r2, padding-r4, random-r4)");
+    }
+}
+
+}  // namespace
+
+SdpaCase make_case(const CaseConfig& config) {
+    if (!config.seed)
+        no_recipe(config, "has no seed, so its values are not named by it (a property generator's case: replay its "
+                          "case file)");
+    if (config.op != "sdpa") no_recipe(config, "no recipe for op " + config.op);
+    for (Index n : {config.B, config.H, config.Tq, config.Tk, config.Dk, config.Dv, config.kv_heads})
+        if (n < 1) no_recipe(config, "every size must be at least 1");
+    if (config.H % config.kv_heads != 0) no_recipe(config, "kv_heads must divide H");
+    SdpaCase c;
+    c.dtype = config.dtype;
+    c.B = config.B, c.H = config.H, c.Tq = config.Tq, c.Tk = config.Tk, c.Dk = config.Dk, c.Dv = config.Dv;
+    c.kv_heads = config.kv_heads;
+    c.distribution = config.values;
+    c.logit_std = config.logit_std;
+    c.seed = config.seed;
+    c.aux_seed = *config.seed;  // the perturbations of the properties that make their own
+    c.mask_kind = config.mask;
+    c.options.scale = config.scale;
+    c.options.empty_rows = config.empty_rows;
+    c.options.check_finite = config.check_finite;
+    c.options.num_threads = config.threads;
+    Rng rng(*config.seed);
+    draw_values(c, rng);
+    draw_mask(c, config, rng);
+    return c;
+}
+
+}  // namespace attn::suite
