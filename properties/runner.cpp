@@ -109,6 +109,16 @@ Tensor<bool> expanded_allowed(const SdpaCase& c) {
     return full;
 }
 
+Verdict check_case(const Property& p, const Implementation& impl, const SdpaCase& c) {
+    try {
+        return p.check(impl, c);
+    } catch (const std::exception& e) {
+        return std::string("the check threw: ") + e.what();
+    }
+}
+
+std::string replay_command(const std::string& case_file) { return "./attn properties --replay '" + case_file + "'"; }
+
 RunSettings settings_from_environment(bool thorough) {
     const auto& conf = rc::detail::configuration();
     RunSettings s;
@@ -144,12 +154,7 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
         ++evaluated;
         if (!p.required.empty())
             for (Regime r : classify(c)) hit.insert(r);
-        Verdict v;
-        try {
-            v = p.check(impl, c);
-        } catch (const std::exception& e) {
-            v = std::string("the check threw: ") + e.what();
-        }
+        const Verdict v = check_case(p, impl, c);
         if (v) {
             last_failure = {c, *v};  // shrinking moves to every failing candidate: the last one is the minimum
             RC_FAIL(config_string(c, impl.name) + ": " + *v);
@@ -190,6 +195,7 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
                     file.note = "found by the suite (seed " + std::to_string(params.seed) + "): " + last_failure->second;
                     file.source = "found by the suite";
                     out.case_file = write_case_file(file, settings.regressions_dir);
+                    out.reproduce = replay_command(out.case_file);
                 }
             }
             return out;
@@ -224,13 +230,7 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
 std::vector<std::string> replay_case(const CaseFile& file, std::vector<std::string>* skipped) {
     std::vector<std::string> problems;
     const Property& p = property(file.property);
-    const auto verdict = [&](const Implementation& impl) -> Verdict {
-        try {
-            return p.check(impl, file.sdpa);
-        } catch (const std::exception& e) {
-            return std::string("the check threw: ") + e.what();
-        }
-    };
+    const auto verdict = [&](const Implementation& impl) { return check_case(p, impl, file.sdpa); };
     std::vector<const Implementation*> targets;
     if (file.implementation == "*") {
         targets = correct_implementations();

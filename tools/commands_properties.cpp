@@ -2,16 +2,62 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
 
 #ifdef ATTN_HAVE_SUITE
 #include "attn/suite/property.hpp"
+#include "attn/suite/recipe.hpp"
 #include "attn/suite/registry.hpp"
 #include "attn/suite/search.hpp"
 #endif
 
 namespace attn::cli {
+
+#ifdef ATTN_HAVE_SUITE
+namespace {
+
+// `attn properties --case CONFIG`: one property on exactly the case a config string with a seed names.
+int check_one_case(const std::string& config_text, const std::string& property_name) {
+    using namespace attn::suite;
+    const CaseConfig config = parse_config(config_text);
+    const SdpaCase c = make_case(config);
+    const Property& p = property(property_name.empty() ? "matches_oracle_within_bound" : property_name);
+    const std::vector<const Implementation*> impls =
+        config.impl == "all" ? correct_implementations() : std::vector<const Implementation*>{&implementation(config.impl)};
+    int failed = 0;
+    for (const Implementation* impl : impls) {
+        if (!p.applies(*impl)) {
+            std::printf("%-48s %-9s does not apply\n", p.name.c_str(), impl->name.c_str());
+            continue;
+        }
+        const Verdict v = check_case(p, *impl, c);
+        failed += v.has_value();
+        std::printf("%-48s %-9s %-4s %s\n", p.name.c_str(), impl->name.c_str(), v ? "FAIL" : "ok",
+                    config_string(c, impl->name).c_str());
+        if (v) std::printf("    %s\n", v->c_str());
+    }
+    return failed == 0 ? 0 : 1;
+}
+
+// `attn properties --replay FILE...`: what ctest's replay does, for the named files.
+int replay_files(const std::vector<std::string>& paths) {
+    using namespace attn::suite;
+    int failed = 0;
+    for (const std::string& path : paths) {
+        std::vector<std::string> skipped;
+        const std::vector<std::string> problems = replay_case(read_case_file(path), &skipped);
+        std::printf("%s: %s%s\n", path.c_str(), problems.empty() ? "ok" : "FAIL",
+                    skipped.empty() ? "" : (" (implementation not in this build: " + skipped.front() + ")").c_str());
+        for (const std::string& problem : problems) std::printf("    %s\n", problem.c_str());
+        failed += !problems.empty();
+    }
+    return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+#endif
 
 Action add_properties_commands(CLI::App& app) {
     struct Args {
@@ -21,12 +67,18 @@ Action add_properties_commands(CLI::App& app) {
         int restarts = 8, steps = 150;
         std::uint64_t seed = 1;
         bool save = false;
+        std::string case_config;
+        std::vector<std::string> replay;
     };
     static Args args;
     auto* props = app.add_subcommand("properties", "Run every property against every correct implementation (or one)");
     props->add_option("--impl", args.impl, "Only this implementation (reference, tiled, mha, or a mutant)");
     props->add_option("--property", args.property, "Only this property");
     props->add_flag("--thorough", args.thorough, "20x the cases (nightly)");
+    props->add_option("--case", args.case_config,
+                      "Check exactly the case this config string names (it needs a seed: a report row's config, e.g.) "
+                      "with --property (default matches_oracle_within_bound), for its impl (impl=all: every correct one)");
+    props->add_option("--replay", args.replay, "Replay these case files (what a failure prints), as ctest does");
     auto* muts = app.add_subcommand("mutants", "Run the suite against every mutant: killed or survived, by what, how fast");
     muts->add_flag("--thorough", args.thorough, "20x the cases per property");
     auto* search = app.add_subcommand("search", "Targeted search: hill-climb on error/bound per implementation and dtype");
@@ -42,6 +94,8 @@ Action add_properties_commands(CLI::App& app) {
         return 2;
 #else
         using namespace attn::suite;
+        if (props->parsed() && !args.case_config.empty()) return check_one_case(args.case_config, args.property);
+        if (props->parsed() && !args.replay.empty()) return replay_files(args.replay);
         RunSettings settings = settings_from_environment(args.thorough);
         const std::string cases_dir = std::string(ATTN_SOURCE_DIR) + "/regressions/cases";
         std::cout << "RapidCheck seed " << settings.seed << " (reproduce with RC_PARAMS=\"seed=" << settings.seed
@@ -57,13 +111,14 @@ Action add_properties_commands(CLI::App& app) {
                     if (!p.applies(*impl)) continue;
                     for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
                         RunSettings s = settings;
-                        if (impl->is_mutant) s.regressions_dir.clear();  // a mutant failing is no regression
+                        // A mutant failing is no regression: its case goes to the build directory.
+                        if (impl->is_mutant) s.regressions_dir = std::string(ATTN_BINARY_DIR) + "/property-failures";
                         const RunOutcome o = run_property(p, *impl, dtype, s);
                         ++runs;
                         failed += !o.passed;
                         std::printf("%-48s %-9s %-6s %-4s %6d cases %7.2f s  %s\n", p.name.c_str(), impl->name.c_str(),
                                     to_string(dtype), o.passed ? "ok" : "FAIL", o.cases, o.seconds, o.message.c_str());
-                        if (!o.case_file.empty()) std::printf("    case file: %s\n", o.case_file.c_str());
+                        if (!o.reproduce.empty()) std::printf("    reproduce: %s\n", o.reproduce.c_str());
                         std::fflush(stdout);
                     }
                 }

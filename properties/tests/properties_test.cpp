@@ -43,7 +43,7 @@ TEST_CASE("every property holds for the implementation under test", "[suite]") {
             std::printf("%-48s %-9s %-6s %-4s %6d cases %7.2f s  %s\n", p.name.c_str(), impl.name.c_str(), to_string(dtype),
                         o.passed ? "ok" : "FAIL", o.cases, o.seconds, o.passed ? "" : o.message.c_str());
             std::fflush(stdout);
-            INFO(p.sentence << "\n" << o.message << (o.case_file.empty() ? "" : "\ncase file: " + o.case_file));
+            INFO(p.sentence << "\n" << o.message << (o.reproduce.empty() ? "" : "\nreproduce: " + o.reproduce));
             CHECK(o.passed);
         }
     }
@@ -95,6 +95,7 @@ TEST_CASE("a failing property writes its shrunk counter-example as a replayable 
     REQUIRE(!o.case_file.empty());
     REQUIRE(std::filesystem::exists(o.case_file));
     std::cout << "the mutant no_scale fails " << p.name << "; shrunk case written to " << o.case_file << "\n";
+    CHECK(o.reproduce == "./attn properties --replay '" + o.case_file + "'");
     const CaseFile file = read_case_file(o.case_file);
     CHECK(file.property == p.name);
     CHECK(file.implementation == "no_scale");

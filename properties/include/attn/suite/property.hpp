@@ -74,11 +74,18 @@ struct RunOutcome {
     double seconds = 0;
     std::string message;         // failure (with the config string) or coverage summary
     std::string case_file;       // path of the written case file, if any
+    std::string reproduce;       // the command that reruns exactly the failing case (replay_command(case_file))
     std::optional<SdpaCase> counterexample;
     std::string config;          // config string of the counter-example
 };
 
 RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dtype, const RunSettings& settings);
+
+// The property's verdict on one case; an exception from the implementation or the check is a failure too.
+Verdict check_case(const Property& p, const Implementation& impl, const SdpaCase& c);
+
+// `./attn properties --replay '<case file>'`: the command that reruns the case file (runner failures print it).
+std::string replay_command(const std::string& case_file);
 
 // One row of the mutant table: the first property (in properties() order, float then double) that killed it.
 struct MutantRow {
