@@ -183,21 +183,22 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
     if (candidate.shape() != r.output.shape())
         throw ShapeError("check: the candidate " + describe("output", args.candidate_path, candidate_file) +
                          " but the output of q, k, v is " + to_string(r.output.shape()));
-    const oracle::Comparison out = oracle::compare_output<T>(candidate.view(), r);
-    std::optional<oracle::Comparison> weights;
+    std::optional<Tensor<T>> candidate_weights;
     if (!args.candidate_weights_path.empty()) {
         const npy::Array wf = npy::read_file(args.candidate_weights_path);
-        const Tensor<T> w = npy::to_tensor<T>(wf, args.candidate_weights_path);
-        if (w.shape() != r.weights.shape())
+        candidate_weights = npy::to_tensor<T>(wf, args.candidate_weights_path);
+        if (candidate_weights->shape() != r.weights.shape())
             throw ShapeError("check: the candidate " + describe("weights", args.candidate_weights_path, wf) +
                              " but the weights of q, k, v are " + to_string(r.weights.shape()));
-        weights = oracle::compare_weights<T>(w.view(), r);
     }
+    std::optional<TensorView<const T>> weights_view;
+    if (candidate_weights) weights_view = candidate_weights->view();
+    const oracle::CheckVerdict verdict = oracle::check_candidate<T>(candidate.view(), r, weights_view);
     std::printf("attn check: %s against the oracle (%d bits), bound for the %s model, dtype %s\n",
                 args.candidate_path.c_str(), r.bits, r.model.name.c_str(), std::is_same_v<T, float> ? "float32" : "float64");
-    print_comparison("output", out);
-    if (weights) print_comparison("weights", *weights);
-    const bool pass = out.pass() && (!weights || weights->pass());
+    print_comparison("output", verdict.output);
+    if (verdict.weights) print_comparison("weights", *verdict.weights);
+    const bool pass = verdict.pass();
     if (!args.json_path.empty()) {
         nlohmann::json report = {{"candidate", args.candidate_path},
                                  {"dtype", std::is_same_v<T, float> ? "float32" : "float64"},
@@ -205,8 +206,8 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                                  {"oracle_bits", r.bits},
                                  {"oracle_error_ratio", r.oracle_error_ratio},
                                  {"pass", pass},
-                                 {"output", to_json(out)}};
-        if (weights) report["weights"] = to_json(*weights);
+                                 {"output", to_json(verdict.output)}};
+        if (verdict.weights) report["weights"] = to_json(*verdict.weights);
         std::ofstream file(args.json_path);
         if (!file) throw IoError("check: cannot write " + args.json_path);
         file << report.dump(2) << "\n";

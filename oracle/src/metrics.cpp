@@ -122,11 +122,23 @@ Comparison compare_weights(TensorView<const T> candidate, const Result<T>& oracl
                       oracle.weights_exact_lo.data(), oracle.weights_bound.data(), nullptr, "weights");
 }
 
+template <class T>
+CheckVerdict check_candidate(TensorView<const T> candidate_output, const Result<T>& oracle,
+                             std::optional<TensorView<const T>> candidate_weights) {
+    CheckVerdict verdict{compare_output<T>(candidate_output, oracle), std::nullopt};
+    if (candidate_weights) verdict.weights = compare_weights<T>(*candidate_weights, oracle);
+    return verdict;
+}
+
 template double ulp_distance<float>(float, long double);
 template double ulp_distance<double>(double, long double);
 template Comparison compare_output<float>(TensorView<const float>, const Result<float>&);
 template Comparison compare_output<double>(TensorView<const double>, const Result<double>&);
 template Comparison compare_weights<float>(TensorView<const float>, const Result<float>&);
 template Comparison compare_weights<double>(TensorView<const double>, const Result<double>&);
+template CheckVerdict check_candidate<float>(TensorView<const float>, const Result<float>&,
+                                             std::optional<TensorView<const float>>);
+template CheckVerdict check_candidate<double>(TensorView<const double>, const Result<double>&,
+                                              std::optional<TensorView<const double>>);
 
 }  // namespace attn::oracle

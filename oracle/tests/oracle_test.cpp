@@ -280,6 +280,45 @@ TEMPLATE_TEST_CASE("compare_output passes the library's output and names an elem
     CHECK(oracle::compare_output<T>(moved.view(), r).nonfinite_mismatches == 1);
 }
 
+TEMPLATE_TEST_CASE("check_candidate (attn check's verdict) fails when either the output or the weights are wrong",
+                   "[oracle][metrics]", float, double) {
+    using T = TestType;
+    std::mt19937_64 rng(5);
+    const Tensor<T> q = random_tensor<T>({2, 3, 4}, rng);  // (B, Tq, Dk)
+    const Tensor<T> k = random_tensor<T>({2, 5, 4}, rng);  // (B, Tk, Dk)
+    const Tensor<T> v = random_tensor<T>({2, 5, 2}, rng);  // (B, Tk, Dv)
+    attn::SdpaOptions options;
+    options.return_weights = true;
+    const auto computed = attn::scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+    const auto r = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, options);  // generic model
+
+    const oracle::CheckVerdict ok = oracle::check_candidate<T>(computed.output.view(), r, computed.weights->view());
+    INFO(ok.output.summary());
+    CHECK(ok.pass());
+    REQUIRE(ok.weights);
+    CHECK(ok.weights->pass());
+    CHECK(!oracle::check_candidate<T>(computed.output.view(), r).weights);  // weights not given: not checked
+
+    // One weight off by 0.5 (weights are in [0, 1]): the output still passes, the verdict does not.
+    Tensor<T> bad_weights = Tensor<T>::copy_of(computed.weights->view());
+    bad_weights[7] += T(0.5);
+    const oracle::CheckVerdict w = oracle::check_candidate<T>(computed.output.view(), r, bad_weights.view());
+    CHECK(w.output.pass());
+    REQUIRE(w.weights);
+    CHECK(w.weights->violations == 1);
+    CHECK(!w.pass());
+
+    // One output element off by 1: fails with or without weights.
+    Tensor<T> bad_output = Tensor<T>::copy_of(computed.output.view());
+    bad_output[3] += T(1);
+    CHECK(!oracle::check_candidate<T>(bad_output.view(), r).pass());
+    CHECK(!oracle::check_candidate<T>(bad_output.view(), r, computed.weights->view()).pass());
+
+    // A candidate of the wrong shape is an error, not a verdict.
+    const Tensor<T> wrong_shape = random_tensor<T>({2, 3, 3}, rng);
+    CHECK_THROWS_AS(oracle::check_candidate<T>(wrong_shape.view(), r), attn::ShapeError);
+}
+
 TEMPLATE_TEST_CASE("the reference backend never violates its bound, and the bound is not vacuous",
                    "[oracle][sweep]", float, double) {
     using T = TestType;

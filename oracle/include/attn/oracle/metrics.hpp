@@ -1,6 +1,7 @@
 // attn/oracle/metrics.hpp: the one place error metrics are defined (ULP distance, relative, normwise, error/bound).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "attn/oracle/oracle.hpp"
@@ -41,5 +42,20 @@ Comparison compare_output(TensorView<const T> candidate, const Result<T>& oracle
 // Weights: relative error is against |p| itself (a weight is its own scale).
 template <class T>
 Comparison compare_weights(TensorView<const T> candidate, const Result<T>& oracle);
+
+// The verdict of `attn check`, for the CLI and for a user's own tests alike: the output's comparison, the weights'
+// when they were given. It passes when neither has an element over its bound; an element whose bound is infinite
+// (Comparison::unbounded) cannot be over it.
+struct CheckVerdict {
+    Comparison output;
+    std::optional<Comparison> weights;
+    bool pass() const { return output.pass() && (!weights || weights->pass()); }
+};
+
+// Checks a candidate output (batch..., Tq, Dv) and optionally its weights (batch..., Tq, Tk) against the oracle's
+// result for the same inputs; ShapeError when a shape is not the oracle's.
+template <class T>
+CheckVerdict check_candidate(TensorView<const T> candidate_output, const Result<T>& oracle,
+                             std::optional<TensorView<const T>> candidate_weights = std::nullopt);
 
 }  // namespace attn::oracle
