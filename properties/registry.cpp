@@ -61,6 +61,7 @@ std::vector<Implementation> build() {
     // The oracle's model of the tiled kernel, with the kernel's key block (attn/tiled.hpp).
     all.push_back(library_backend("tiled", "the library's tiled backend (online softmax over key blocks, Highway exp)",
                                   Backend::Tiled, oracle::library_tiled_model()));
+    all.back().returns_weights = false;
     Implementation mha;
     mha.name = "mha";
     mha.description = "SDPA inputs through MultiHeadAttention's head split, SDPA core and head merge (mha_sdpa_path)";

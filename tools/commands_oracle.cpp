@@ -12,7 +12,9 @@
 #include "attn/attn.hpp"
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
-#include "attn/oracle/sweep.hpp"
+#if ATTN_HAVE_REPORTS
+#include "attn/report/oracle_sweep.hpp"
+#endif
 #include "commands.hpp"
 #include "npy.hpp"
 
@@ -232,16 +234,23 @@ struct SweepArgs {
     Index cases = 500;
     std::uint64_t seed = 20261130;
     std::string dtype = "both";
+    std::string impl = "reference";
 };
 
 int sweep_command(const SweepArgs& args) {
-    oracle::SweepOptions options;
+#if !ATTN_HAVE_REPORTS
+    (void)args;
+    std::cerr << "attn oracle-sweep: this build has no report library (it runs implementations of the suite)\n";
+    return 2;
+#else
+    report::SweepOptions options;
     options.cases = args.cases;
     options.seed = args.seed;
+    options.impl = args.impl;
     bool ok = true;
     const auto run = [&](auto tag) {
         using T = decltype(tag);
-        const oracle::SweepStats st = oracle::sweep<T>(options);
+        const report::SweepStats st = report::oracle_sweep<T>(options);
         std::cout << st.summary() << "\n  worst: " << st.worst_summary << "\n";
         if (!st.first_violation.empty()) std::cout << "  first violation: " << st.first_violation << "\n";
         ok = ok && st.violations == 0 && st.unbounded_outside_wide == 0;
@@ -249,6 +258,7 @@ int sweep_command(const SweepArgs& args) {
     if (args.dtype != "double") run(float{});
     if (args.dtype != "float") run(double{});
     return ok ? 0 : 1;
+#endif
 }
 
 }  // namespace
@@ -272,8 +282,10 @@ Action add_oracle_commands(CLI::App& app) {
     ccmd->add_option("--json", cargs->json_path, "Write the comparison as JSON");
 
     auto sargs = std::make_shared<SweepArgs>();
-    auto* scmd = app.add_subcommand("oracle-sweep", "The oracle's self-check: the reference backend against the bound "
-                                                    "over random and adversarial cases; worst and median tightness");
+    auto* scmd = app.add_subcommand("oracle-sweep", "The oracle's self-check: an implementation (the reference backend) "
+                                                    "against its bound over random and adversarial cases; worst and "
+                                                    "median tightness");
+    scmd->add_option("--impl", sargs->impl, "Implementation (a registry name)")->capture_default_str();
     scmd->add_option("--cases", sargs->cases, "Cases per dtype")->capture_default_str()->check(CLI::PositiveNumber);
     scmd->add_option("--seed", sargs->seed, "RNG seed")->capture_default_str();
     scmd->add_option("--dtype", sargs->dtype, "float, double or both")

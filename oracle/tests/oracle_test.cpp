@@ -10,7 +10,6 @@
 
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
-#include "attn/oracle/sweep.hpp"
 #include "attn/problem.hpp"
 
 using attn::Index;
@@ -317,23 +316,6 @@ TEMPLATE_TEST_CASE("check_candidate (attn check's verdict) fails when either the
     // A candidate of the wrong shape is an error, not a verdict.
     const Tensor<T> wrong_shape = random_tensor<T>({2, 3, 3}, rng);
     CHECK_THROWS_AS(oracle::check_candidate<T>(wrong_shape.view(), r), attn::ShapeError);
-}
-
-TEMPLATE_TEST_CASE("the reference backend never violates its bound, and the bound is not vacuous",
-                   "[oracle][sweep]", float, double) {
-    using T = TestType;
-    oracle::SweepOptions options;
-    options.cases = 60;  // a few seconds; the slow test and `attn oracle-sweep` run longer sweeps
-    const oracle::SweepStats st = oracle::sweep<T>(options);
-    std::cout << "sweep " << st.summary() << "\n  worst: " << st.worst_summary << "\n";
-    INFO(st.summary());
-    INFO(st.first_violation);
-    CHECK(st.violations == 0);
-    CHECK(st.cases >= 50);
-    CHECK(st.worst_tightness >= 1e-2);  // a bound 100x too loose would fail here
-    CHECK(st.max_oracle_error_ratio <= oracle::max_oracle_error_ratio);
-    INFO(st.first_unbounded);
-    CHECK(st.unbounded_outside_wide == 0);
 }
 
 TEST_CASE("error models: the documented values, rescalings per row, and a looser bound for a weaker model",

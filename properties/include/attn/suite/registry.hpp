@@ -23,6 +23,7 @@ struct Implementation {
     std::string description;       // one sentence: what it is (for mutants: which bug it has)
     bool is_mutant = false;
     oracle::ErrorModel error_model;  // how its rounding errors are bounded
+    bool returns_weights = true;     // honours options.return_weights (the tiled kernel never forms them)
     SdpaFunction<float> run_float;
     SdpaFunction<double> run_double;
 

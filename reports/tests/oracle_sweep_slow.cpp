@@ -4,15 +4,16 @@
 
 #include <iostream>
 
-#include "attn/oracle/sweep.hpp"
+#include "attn/report/oracle_sweep.hpp"
 
 namespace oracle = attn::oracle;
+namespace report = attn::report;
 
 TEMPLATE_TEST_CASE("over a long sweep the reference backend never violates its bound", "[oracle][slow]", float, double) {
-    oracle::SweepOptions options;
+    report::SweepOptions options;
     options.seed = 7;
     options.cases = 2000;
-    const oracle::SweepStats st = oracle::sweep<TestType>(options);
+    const report::SweepStats st = report::oracle_sweep<TestType>(options);
     std::cout << "sweep " << st.summary() << "\n  worst: " << st.worst_summary << "\n";
     INFO(st.first_violation);
     CHECK(st.violations == 0);

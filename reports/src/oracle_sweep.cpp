@@ -1,12 +1,18 @@
-// The oracle's self-check sweep (see attn/oracle/sweep.hpp): shapes and values weighted towards the hard cases.
-#include "attn/oracle/sweep.hpp"
+// The oracle's self-check sweep (see attn/report/oracle_sweep.hpp): shapes and values weighted towards the hard cases.
+#include "attn/report/oracle_sweep.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
 
-namespace attn::oracle {
+#include "attn/oracle/oracle.hpp"
+#include "attn/suite/config.hpp"
+#include "attn/suite/registry.hpp"
+
+namespace attn::report {
+
+using namespace attn::oracle;
 
 std::string SweepStats::summary() const {
     char buf[768];
@@ -147,7 +153,8 @@ double median(std::vector<double> x) {
 }  // namespace
 
 template <class T>
-SweepStats sweep(const SweepOptions& so) {
+SweepStats oracle_sweep(const SweepOptions& so) {
+    const suite::Implementation& impl = suite::implementation(so.impl);
     SweepStats st;
     st.dtype = std::is_same_v<T, float> ? "float" : "double";
     Rng rng(so.seed + (std::is_same_v<T, float> ? 0 : 1));
@@ -157,12 +164,16 @@ SweepStats sweep(const SweepOptions& so) {
     for (Index n = 0; n < so.cases; ++n) {
         bool has_mask = false;
         Case c = make_case<T>(rng, so.adversarial, q, k, v, allowed_chars, has_mask);
-        c.options.backend = so.backend;
-        char cfg[256];
-        std::snprintf(cfg, sizeof cfg, "sdpa(B=%lld,Tq=%lld,Tk=%lld,Dk=%lld,Dv=%lld,values=%s,mask=%s,impl=%s,dtype=%s)",
-                      static_cast<long long>(c.B), static_cast<long long>(c.Tq), static_cast<long long>(c.Tk),
-                      static_cast<long long>(c.Dk), static_cast<long long>(c.Dv), c.values.c_str(), c.masking.c_str(),
-                      to_string(so.backend), st.dtype.c_str());
+        suite::CaseConfig config;
+        config.B = c.B, config.H = 1, config.kv_heads = 1, config.Tq = c.Tq, config.Tk = c.Tk, config.Dk = c.Dk,
+        config.Dv = c.Dv;
+        config.mask = c.masking;
+        config.mask_rank = has_mask ? 3 : 0;  // (B, Tq, Tk)
+        config.dtype = std::is_same_v<T, float> ? suite::Dtype::Float : suite::Dtype::Double;
+        config.values = c.values;
+        config.empty_rows = c.options.empty_rows;
+        config.impl = impl.name;
+        const std::string cfg = config.to_config();
         const TensorView<const T> qv(q.data(), {c.B, c.Tq, c.Dk}), kv(k.data(), {c.B, c.Tk, c.Dk}),
             vv(v.data(), {c.B, c.Tk, c.Dv});
         Tensor<bool> allowed_mask({c.B, c.Tq, c.Tk});
@@ -171,27 +182,30 @@ SweepStats sweep(const SweepOptions& so) {
         if (has_mask) am = allowed_mask.view();
         SdpaResult<T> computed;
         try {
-            computed = attn::scaled_dot_product_attention(qv, kv, vv, am, c.options);
+            SdpaOptions run_options = c.options;
+            run_options.return_weights = impl.returns_weights;  // the tiled kernel's output alone is compared
+            computed = impl.run<T>(qv, kv, vv, am, run_options);
         } catch (const ValueError&) {
             ++st.skipped;  // e.g. a logit or the output overflowed T: documented refusal, nothing to compare
             continue;
         }
         OracleOptions oo;
-        oo.model = so.model;
+        oo.model = impl.error_model;
         const Result<T> exact = scaled_dot_product_attention<T>(qv, kv, vv, am, c.options, oo);
         const Comparison out = compare_output<T>(computed.output.view(), exact);
-        const Comparison w = compare_weights<T>(computed.weights->view(), exact);
+        const bool has_weights = computed.weights.has_value();
+        const Comparison w = has_weights ? compare_weights<T>(computed.weights->view(), exact) : Comparison{};
         ++st.cases;
         tight_out.push_back(out.max_tightness);
-        tight_w.push_back(w.max_tightness);
+        if (has_weights) tight_w.push_back(w.max_tightness);
         st.unbounded_elements += out.unbounded + w.unbounded;
         if (out.unbounded + w.unbounded > 0 && c.values != "all-wide") ++st.unbounded_outside_wide;
         if (out.unbounded + w.unbounded > 0 && st.first_unbounded.empty())
-            st.first_unbounded = std::string(cfg) + ": output " + out.summary() + "; weights " + w.summary();
+            st.first_unbounded = cfg + ": output " + out.summary() + (has_weights ? "; weights " + w.summary() : "");
         st.max_oracle_error_ratio = std::max(st.max_oracle_error_ratio, exact.oracle_error_ratio);
         if (!out.pass() || !w.pass()) {
             if (st.violations == 0)
-                st.first_violation = std::string(cfg) + ": output " + out.summary() + "; weights " + w.summary();
+                st.first_violation = cfg + ": output " + out.summary() + (has_weights ? "; weights " + w.summary() : "");
             ++st.violations;
         }
         if (out.max_tightness >= st.worst_tightness) {
@@ -206,7 +220,7 @@ SweepStats sweep(const SweepOptions& so) {
     return st;
 }
 
-template SweepStats sweep<float>(const SweepOptions&);
-template SweepStats sweep<double>(const SweepOptions&);
+template SweepStats oracle_sweep<float>(const SweepOptions&);
+template SweepStats oracle_sweep<double>(const SweepOptions&);
 
-}  // namespace attn::oracle
+}  // namespace attn::report

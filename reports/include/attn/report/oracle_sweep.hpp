@@ -1,5 +1,7 @@
-// attn/oracle/sweep.hpp: the oracle's self-check sweep: random and adversarial cases through a library backend,
-// each compared with the oracle's bound (no violation allowed) and summarised as worst and median tightness.
+// attn/report/oracle_sweep.hpp: the oracle's self-check sweep: random and adversarial cases through an
+// implementation of the suite's registry, each compared with the oracle's bound for that implementation's error
+// model (no violation allowed) and summarised as worst and median tightness. It lives with the report, not in the
+// oracle, because it runs the library's kernels and the oracle uses none.
 #pragma once
 
 #include <cstdint>
@@ -8,14 +10,13 @@
 
 #include "attn/oracle/metrics.hpp"
 
-namespace attn::oracle {
+namespace attn::report {
 
 struct SweepOptions {
     std::uint64_t seed = 20261130;
     Index cases = 200;
     bool adversarial = true;  // logits up to +-1e4, near-ties, Dk up to 1024, Tk up to 4096, values 1e-30..1e30
-    Backend backend = Backend::Reference;
-    ErrorModel model = reference_model();
+    std::string impl = "reference";  // a registry name (attn/suite/registry.hpp); its error model bounds the errors
 };
 
 struct SweepStats {
@@ -40,6 +41,6 @@ struct SweepStats {
 
 // One sweep for dtype T (float or double); deterministic for a given seed.
 template <class T>
-SweepStats sweep(const SweepOptions& options);
+SweepStats oracle_sweep(const SweepOptions& options);
 
-}  // namespace attn::oracle
+}  // namespace attn::report
