@@ -16,7 +16,7 @@
 #include "attn/report/oracle_sweep.hpp"
 #endif
 #include "commands.hpp"
-#include "npy.hpp"
+#include "attn/io/npy.hpp"
 
 namespace attn::cli {
 

@@ -7,7 +7,7 @@
 
 #include "attn/attn.hpp"
 #include "commands.hpp"
-#include "npy.hpp"
+#include "attn/io/npy.hpp"
 
 namespace attn::cli {
 

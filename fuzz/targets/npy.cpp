@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "../decode.hpp"
-#include "npy.hpp"
+#include "attn/io/npy.hpp"
 
 namespace attn::fuzz {
 namespace {

@@ -17,7 +17,7 @@
 #include "attn/attn.hpp"
 #include "mha_reference.hpp"
 #include "cli_run.hpp"
-#include "npy.hpp"
+#include "attn/io/npy.hpp"
 
 using namespace attn;
 using attn::testing::LD;

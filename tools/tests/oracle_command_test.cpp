@@ -18,7 +18,7 @@
 #include "attn/attn.hpp"
 #include "attn/oracle/oracle.hpp"
 #include "cli_run.hpp"
-#include "npy.hpp"
+#include "attn/io/npy.hpp"
 
 using namespace attn;
 

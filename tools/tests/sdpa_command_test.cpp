@@ -13,7 +13,7 @@
 
 #include "attn/attn.hpp"
 #include "cli_run.hpp"
-#include "npy.hpp"
+#include "attn/io/npy.hpp"
 
 using namespace attn;
 

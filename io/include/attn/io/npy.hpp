@@ -1,4 +1,4 @@
-// tools/npy.hpp: .npy files (format 1.0-3.0; float32, float64, bool, int64; C order) to and from attn tensors.
+// attn/io/npy.hpp: .npy files (format 1.0-3.0; float32, float64, bool, int64; C order) to and from attn tensors.
 #pragma once
 
 #include <cstddef>

@@ -14,7 +14,7 @@
 
 #include "attn/attn.hpp"
 #include "error_message.hpp"
-#include "npy.hpp"
+#include "attn/io/npy.hpp"
 
 using namespace attn;
 

@@ -1,5 +1,5 @@
 // .npy reader and writer. The reader trusts nothing: every length, extent and byte count is checked before use.
-#include "npy.hpp"
+#include "attn/io/npy.hpp"
 
 #include <algorithm>
 #include <bit>
