@@ -9,15 +9,34 @@
 #include <vector>
 
 #include "attn/mask.hpp"
-#include "engine.hpp"
+#include "softmax_bound.hpp"
 #include "types.hpp"
 
 namespace attn::oracle {
 
 namespace {
 
+// softmax_bound.hpp: the row's softmax and bound, shared with the SDPA engine.
+using detail::direct_factor;
+using detail::exact_softmax;
+using detail::ExactSoftmax;
+using detail::exponent_perturbation;
 using detail::gamma;
+using detail::implementation_rounding;
 using detail::kBoundInflation;
+using detail::logit_bound;
+using detail::logit_rounding;
+using detail::LogitRounding;
+using detail::Normalisation;
+using detail::normalise;
+using detail::oracle_rounding;
+using detail::OutputSums;
+using detail::RowRounding;
+using detail::split;
+using detail::store;
+using detail::Underflow;
+using detail::underflow_terms;
+using detail::weighted_sum;
 
 std::string str(Index n) { return std::to_string(n); }
 
@@ -150,183 +169,198 @@ Projected<Real> project(TensorView<const T> x, TensorView<const T> W, TensorView
     return r;
 }
 
-template <class T>
-void store(double hi, double lo, T& rounded, long double& exact, long double& exact_lo) {
-    rounded = round_to<T>(hi, lo);
-    exact = static_cast<long double>(hi) + static_cast<long double>(lo);
-    exact_lo = std::isfinite(hi) ? (static_cast<long double>(hi) - exact) + static_cast<long double>(lo) : 0.0L;
-}
-
+// Section 9 steps 2-4 for every (b, h, i): the logits from the projected q and k, the shared row of
+// softmax_bound.hpp, and the context (B, Tq, H*Dh) in the merged layout with both error bounds.
 template <class Real, class T>
-void solve(const MultiHeadAttention<T>& m, const MhaProblem& p, TensorView<const T> xq, TensorView<const T> xk,
-           TensorView<const T> xv, const MhaOptions& options, const ErrorModel& model, Result<T>& r) {
-    constexpr double u = std::numeric_limits<T>::epsilon() / 2;  // the target's unit roundoff
-    constexpr double eta = std::numeric_limits<T>::min();        // underflow term, covers flush-to-zero
+class HeadPass {
+public:
+    std::vector<Real> ctx;                  // (B, Tq, E) in (B, Tq, H, Dh) order: the merge is a copy
+    std::vector<double> ctx_impl, ctx_self;  // the implementation's bound and the oracle's own, per element
+    std::vector<char> nan_row;              // (B, Tq): EmptyRowPolicy::Nan, a NaN context spreads over the row
+
+    HeadPass(const MhaProblem& p, const Projected<Real>& q, const Projected<Real>& k, const Projected<Real>& v,
+             const MhaOptions& options, const ErrorModel& model)
+        : p_(p), q_(q), k_(k), v_(v), options_(options), model_(model) {
+        Rs_ = static_cast<double>(effective_rescalings(model, p.Tk));
+        lr_ = logit_rounding(p.Dh, p.scale, model.scale_roundings, u_, eta_);
+        g_logit_self_ = gamma(static_cast<double>(p.Dh + 1), u_mp_);
+        const std::size_t size = idx(p.B * p.Tq * p.E);
+        ctx.assign(size, Real(0));
+        ctx_impl.assign(size, 0.0);
+        ctx_self.assign(size, 0.0);
+        nan_row.assign(idx(p.B * p.Tq), 0);
+    }
+
+    void run() {
+        std::vector<Index> keys;
+        for (Index b = 0; b < p_.B; ++b)
+            for (Index h = 0; h < p_.H; ++h)
+                for (Index i = 0; i < p_.Tq; ++i) {
+                    keys.clear();
+                    for (Index j = 0; j < p_.Tk; ++j)
+                        if (p_.allowed_at(b, h, i, j)) keys.push_back(j);
+                    if (keys.empty()) {  // EmptyRowPolicy::Zero leaves this head's context 0 (exact, bound 0)
+                        if (options_.empty_rows == EmptyRowPolicy::Nan) nan_row[idx(b * p_.Tq + i)] = 1;
+                        continue;
+                    }
+                    row(b, h, i, keys);
+                }
+    }
+
+private:
+    static constexpr double u_ = std::numeric_limits<T>::epsilon() / 2;  // the target's unit roundoff
+    static constexpr double eta_ = std::numeric_limits<T>::min();        // underflow term, covers flush-to-zero
+    static std::size_t idx(Index a) { return static_cast<std::size_t>(a); }
+
+    const MhaProblem& p_;
+    const Projected<Real>& q_;
+    const Projected<Real>& k_;
+    const Projected<Real>& v_;
+    const MhaOptions& options_;
+    const ErrorModel& model_;
+    double u_mp_ = std::ldexp(1.0, -(std::numeric_limits<Real>::digits - 1));  // 2^-(P-1), as the SDPA engine
+    double Rs_ = 0;  // online-softmax rescalings of the SDPA core
+    LogitRounding lr_;
+    double g_logit_self_ = 0;
+
+    // Step 2's logits and their perturbation bounds, for the implementation (a_j) and the oracle (a_self_j).
+    struct HeadLogits {
+        std::vector<Real> s;
+        std::vector<double> a, a_self;
+        double A = 0, A_self = 0;
+    };
+    // The row's two normalisations (section 3, direct) and the upper bounds p_up_j >= p_j they are weighted by.
+    struct HeadBound {
+        std::vector<double> p_up;
+        Normalisation impl, self;
+        Underflow under;
+    };
+
+    void row(Index b, Index h, Index i, const std::vector<Index>& keys) {
+        const Index g = h / (p_.H / p_.G);
+        const HeadLogits L = logits(b, h, g, i, keys);  // step 2
+        ExactSoftmax<Real> sm;
+        exact_softmax(L.s, sm);                          // sections 3-4's row, in Real
+        const HeadBound hb = bound(L, sm);               // step 3
+        for (Index d = 0; d < p_.Dh; ++d) context(b, h, g, i, d, keys, sm, hb);  // steps 3-4
+    }
+
+    // Step 2: s_j = scale * q . k_j from the projected (Real) q and k; a_j is section 2's logit bound with the
+    // perturbation by e_q, e_k on top, every magnitude an upper value |oracle's value| + its own error bound.
+    HeadLogits logits(Index b, Index h, Index g, Index i, const std::vector<Index>& keys) const {
+        const Index Dh = p_.Dh, KV = p_.G * p_.Dh;
+        const std::size_t n = keys.size(), q0 = idx((b * p_.Tq + i) * p_.E + h * Dh);
+        const double c_abs = std::fabs(p_.scale);
+        const Real c_real(p_.scale);
+        HeadLogits L;
+        L.s.assign(n, Real(0)), L.a.assign(n, 0.0), L.a_self.assign(n, 0.0);
+        for (std::size_t c = 0; c < n; ++c) {
+            const std::size_t k0 = idx((b * p_.Tk + keys[c]) * KV + g * Dh);
+            Real dot(0);
+            double mixed = 0, mag = 0, abs_sum = 0, mixed_s = 0, mag_s = 0;
+            for (Index d = 0; d < Dh; ++d) {
+                const Real& qd = q_.y[q0 + idx(d)];
+                const Real& kd = k_.y[k0 + idx(d)];
+                dot += qd * kd;
+                const double sq = q_.self[q0 + idx(d)], sk = k_.self[k0 + idx(d)];
+                const double qa = std::fabs(static_cast<double>(qd)) + sq, ka = std::fabs(static_cast<double>(kd)) + sk;
+                const double eq = q_.impl[q0 + idx(d)], ek = k_.impl[k0 + idx(d)];
+                mixed += eq * ka + qa * ek + eq * ek;
+                mag += (qa + eq) * (ka + ek);
+                abs_sum += qa + eq + ka + ek;
+                mixed_s += sq * ka + qa * sk + sq * sk;
+                mag_s += (qa + sq) * (ka + sk);
+            }
+            L.s[c] = c_real * dot;
+            L.a[c] = logit_bound(lr_, mixed, mag, abs_sum);
+            L.a_self[c] = 2 * (c_abs * mixed_s + g_logit_self_ * c_abs * mag_s);
+        }
+        L.A = *std::max_element(L.a.begin(), L.a.end());
+        L.A_self = *std::max_element(L.a_self.begin(), L.a_self.end());
+        return L;
+    }
+
+    // Step 3 from the oracle's values: sigma_j >= the exact m - s_j (the oracle's is within 2 A_self of it); the
+    // oracle's own softmax (R = 0, exp correctly rounded) gives p_up_j >= p_j (section 4's weight bound); then
+    // the implementation's direct normalisation with Theta_j = a_j + (1 + R) u (sigma_j + a_j + A).
+    HeadBound bound(const HeadLogits& L, const ExactSoftmax<Real>& sm) const {
+        const std::size_t n = L.s.size();
+        const double nd = static_cast<double>(n);
+        std::vector<double> sigma(n), B_self(n), B_impl(n), p_first(n);
+        const RowRounding self = oracle_rounding(nd, u_mp_, gamma(nd + 1, u_mp_));
+        for (std::size_t c = 0; c < n; ++c) {
+            sigma[c] = sm.sigma[c] * (1 + 0x1p-50) + 2 * L.A_self;
+            B_self[c] = direct_factor(exponent_perturbation(L.a_self[c], sigma[c], L.A_self, self), self);
+            p_first[c] = sm.p_hi[c] * (1 + 0x1p-50);
+        }
+        const Normalisation first = normalise(B_self, p_first, self);
+        if (!(first.delta < 1.0 / 3))
+            throw Error("oracle.mha: the oracle's own softmax error is not bounded at " +
+                        std::to_string(std::numeric_limits<Real>::digits) + " bits; raise bits");
+        HeadBound hb;
+        hb.p_up.resize(n);
+        for (std::size_t c = 0; c < n; ++c)
+            hb.p_up[c] = sm.p_hi[c] * (1 + 0x1p-52) * (1 + first.weight_rel_factor(c, self.u_div));
+        hb.self = normalise(B_self, hb.p_up, self);
+        const RowRounding impl = implementation_rounding(model_, nd, Rs_, u_);
+        for (std::size_t c = 0; c < n; ++c)
+            B_impl[c] = direct_factor(exponent_perturbation(L.a[c], sigma[c], L.A, impl), impl);
+        hb.impl = normalise(B_impl, hb.p_up, impl);
+        hb.under = underflow_terms(impl, nd, Rs_, u_, eta_);
+        return hb;
+    }
+
+    // Steps 3-4: context o_d = sum_j p_j v_jd of head h, with (*) for the perturbed values v + dv (impl, e_v) and,
+    // for the oracle's own bound, v + sv. |v - o| for the exact o adds s_o itself to the self bound, a term that
+    // the factor 2 absorbs because sum p B_self / (1 - Delta) <= 1/2 (BOUNDS.md section 9).
+    void context(Index b, Index h, Index g, Index i, Index d, const std::vector<Index>& keys,
+                 const ExactSoftmax<Real>& sm, const HeadBound& hb) {
+        const Index KV = p_.G * p_.Dh;
+        const std::size_t n = keys.size();
+        const auto at = [&](std::size_t c) { return idx((b * p_.Tk + keys[c]) * KV + g * p_.Dh + d); };
+        const Real o = weighted_sum(sm.p, [&](std::size_t c) { return v_.y[at(c)]; });
+        const double od = std::fabs(static_cast<double>(o));
+        OutputSums self_sums;
+        for (std::size_t c = 0; c < n; ++c) {
+            const double sv = v_.self[at(c)];
+            const double dev = static_cast<double>(Real(v_.y[at(c)] - o)), va = std::fabs(static_cast<double>(v_.y[at(c)]));
+            hb.self.add(self_sums, c, std::fabs(dev) + sv, va, sv);
+        }
+        const double so = 2 * hb.self.output_numerator(self_sums, 0.0, od) / (1 - hb.self.delta);
+        OutputSums sums;
+        double abs_v = 0;
+        for (std::size_t c = 0; c < n; ++c) {
+            const double sv = v_.self[at(c)], ev = v_.impl[at(c)];
+            const double dev = std::fabs(static_cast<double>(Real(v_.y[at(c)] - o))) + sv + so;
+            const double va = std::fabs(static_cast<double>(v_.y[at(c)])) + sv;
+            hb.impl.add(sums, c, dev, va, ev);
+            abs_v += va + ev;
+        }
+        const double rel = hb.impl.output_rel(sums, 0.0, od + so);
+        const std::size_t out = idx((b * p_.Tq + i) * p_.E + h * p_.Dh + d);  // merge: (B, Tq, H, Dh) order
+        ctx[out] = o;
+        ctx_impl[out] = hb.under.output(rel, abs_v, od + so);
+        ctx_self[out] = so;
+    }
+};
+
+// Step 5: output = context (B, Tq, E) @ out_proj_weight^T (E, E) + out_proj_bias, from the perturbed context.
+template <class Real, class T>
+void output_projection(const MultiHeadAttention<T>& m, const MhaProblem& p, const HeadPass<Real, T>& heads, Result<T>& r) {
+    constexpr double u = std::numeric_limits<T>::epsilon() / 2;
+    constexpr double eta = std::numeric_limits<T>::min();
     const double u_mp = std::ldexp(1.0, -(std::numeric_limits<Real>::digits - 1));
     const double inf = std::numeric_limits<double>::infinity();
-    const Index B = p.B, Tq = p.Tq, Tk = p.Tk, E = p.E, H = p.H, Dh = p.Dh, KV = p.G * p.Dh, Rg = p.H / p.G;
-    const Index Rs = effective_rescalings(model, Tk);  // online-softmax rescalings of the SDPA core
+    const Index Tq = p.Tq, E = p.E;
     const auto idx = [](Index a) { return static_cast<std::size_t>(a); };
-
-    // 1. projections: q (B, Tq, E), k and v (B, Tk, G*Dh).
-    const Projected<Real> q = project<Real, T>(xq, m.q_proj_weight(), m.q_proj_bias(), p.q_read, u, eta, u_mp);
-    const Projected<Real> k = project<Real, T>(xk, m.k_proj_weight(), m.k_proj_bias(), p.kv_read, u, eta, u_mp);
-    const Projected<Real> v = project<Real, T>(xv, m.v_proj_weight(), m.v_proj_bias(), p.kv_read, u, eta, u_mp);
-
-    // 2-4. per head: logits, softmax, context (B, Tq, H*Dh) in the merged layout, with both error bounds.
-    std::vector<Real> ctx(idx(B * Tq * E), Real(0));
-    std::vector<double> ctx_impl(ctx.size(), 0.0), ctx_self(ctx.size(), 0.0);
-    std::vector<char> nan_row(idx(B * Tq), 0);  // EmptyRowPolicy::Nan: a NaN context spreads over the output row
-    const double c_abs = std::fabs(p.scale);
-    const Real c_real(p.scale);
-    const double g_logit = gamma(static_cast<double>(Dh + 1 + model.scale_roundings), u);
-    const double g_logit2 = gamma(static_cast<double>(Dh + 2), u);
-    const double g_logit_self = gamma(static_cast<double>(Dh + 1), u_mp);
-    const double eps_exp = 2 * model.exp_ulps * u;
-    const double log_up = (1 + Rs) * std::log1p(eps_exp), log_down = (1 + Rs) * std::log1p(-eps_exp);
-    const double log_up_s = std::log1p(u_mp), log_down_s = std::log1p(-u_mp);
-    std::vector<Index> keys;
-    std::vector<Real> s, e, pr;
-    std::vector<double> a, a_s, sigma, pu, B_impl, B_self;
-    for (Index b = 0; b < B; ++b)
-        for (Index h = 0; h < H; ++h) {
-            const Index g = h / Rg;
-            for (Index i = 0; i < Tq; ++i) {
-                keys.clear();
-                for (Index j = 0; j < Tk; ++j)
-                    if (p.allowed_at(b, h, i, j)) keys.push_back(j);
-                const Index n = static_cast<Index>(keys.size());
-                if (n == 0) {  // EmptyRowPolicy::Zero leaves this head's context 0 (exact, bound 0)
-                    if (options.empty_rows == EmptyRowPolicy::Nan) nan_row[idx(b * Tq + i)] = 1;
-                    continue;
-                }
-                const double nd = static_cast<double>(n);
-                const std::size_t q0 = idx((b * Tq + i) * E + h * Dh);
-                // Step 2: logits s_j = scale * q . k_j and their perturbation bounds a_j (impl) and a_s_j (oracle).
-                s.assign(idx(n), Real(0)), a.assign(idx(n), 0.0), a_s.assign(idx(n), 0.0);
-                for (Index c = 0; c < n; ++c) {
-                    const std::size_t k0 = idx((b * Tk + keys[c]) * KV + g * Dh);
-                    Real dot(0);
-                    double mixed = 0, mag = 0, abs_sum = 0, mixed_s = 0, mag_s = 0;
-                    for (Index d = 0; d < Dh; ++d) {
-                        const Real& qd = q.y[q0 + idx(d)];
-                        const Real& kd = k.y[k0 + idx(d)];
-                        dot += qd * kd;
-                        // |exact| <= |oracle's value| + its own error bound.
-                        const double sq = q.self[q0 + idx(d)], sk = k.self[k0 + idx(d)];
-                        const double qa = std::fabs(static_cast<double>(qd)) + sq, ka = std::fabs(static_cast<double>(kd)) + sk;
-                        const double eq = q.impl[q0 + idx(d)], ek = k.impl[k0 + idx(d)];
-                        mixed += eq * ka + qa * ek + eq * ek;
-                        mag += (qa + eq) * (ka + ek);
-                        abs_sum += qa + eq + ka + ek;
-                        mixed_s += sq * ka + qa * sk + sq * sk;
-                        mag_s += (qa + sq) * (ka + sk);
-                    }
-                    s[idx(c)] = c_real * dot;
-                    a[idx(c)] = c_abs * mixed + g_logit * c_abs * mag +
-                                eta * ((2 * Dh + 2) * (1 + c_abs) + abs_sum) * (1 + g_logit2);
-                    a_s[idx(c)] = 2 * (c_abs * mixed_s + g_logit_self * c_abs * mag_s);
-                }
-                const double A = *std::max_element(a.begin(), a.end());
-                const double A_s = *std::max_element(a_s.begin(), a_s.end());
-                Real smax = s[0];
-                for (Index c = 1; c < n; ++c) smax = std::max(smax, s[idx(c)]);
-                // Step 3: shifted softmax; sigma_j >= the exact m - s_j (the oracle's is within 2 A_s of it).
-                e.assign(idx(n), Real(0)), pr.assign(idx(n), Real(0)), sigma.assign(idx(n), 0.0);
-                Real S(0);
-                for (Index c = 0; c < n; ++c) {
-                    const Real shift = smax - s[idx(c)];
-                    e[idx(c)] = exp(-shift);
-                    S += e[idx(c)];
-                    sigma[idx(c)] = static_cast<double>(shift) * (1 + 0x1p-50) + 2 * A_s;
-                }
-                for (Index c = 0; c < n; ++c) pr[idx(c)] = e[idx(c)] / S;
-                // The oracle's own softmax (R = 0, exp correctly rounded): B_self, then an upper bound pu_j >= p_j.
-                B_self.assign(idx(n), 0.0), B_impl.assign(idx(n), 0.0), pu.assign(idx(n), 0.0);
-                double sum_pB_s = 0;
-                for (Index c = 0; c < n; ++c) {
-                    const double theta = a_s[idx(c)] + u_mp * (sigma[idx(c)] + a_s[idx(c)] + A_s);
-                    B_self[idx(c)] = std::max(std::expm1(theta + log_up_s), -std::expm1(-theta + log_down_s));
-                    sum_pB_s += static_cast<double>(pr[idx(c)]) * (1 + 0x1p-50) * B_self[idx(c)];
-                }
-                const double gS_s = gamma(nd - 1, u_mp), gO_s = gamma(nd + 1, u_mp);
-                const double Delta_s = sum_pB_s + gS_s * (1 + sum_pB_s);
-                if (!(Delta_s < 1.0 / 3))
-                    throw Error("oracle.mha: the oracle's own softmax error is not bounded at " +
-                                std::to_string(std::numeric_limits<Real>::digits) + " bits; raise bits");
-                for (Index c = 0; c < n; ++c) {
-                    const double rel = (B_self[idx(c)] + u_mp * (1 + B_self[idx(c)]) + Delta_s) / (1 - Delta_s);
-                    pu[idx(c)] = static_cast<double>(pr[idx(c)]) * (1 + 0x1p-52) * (1 + rel);
-                }
-                // The implementation's: direct normalisation (BOUNDS.md section 3) with the exponent perturbation
-                // Theta_j = a_j + (1 + R) u (sigma_j + a_j + A).
-                double sum_pB = 0, sum_pB_self = 0;
-                for (Index c = 0; c < n; ++c) {
-                    const double theta = a[idx(c)] + (1 + Rs) * u * (sigma[idx(c)] + a[idx(c)] + A);
-                    B_impl[idx(c)] = std::max(std::expm1(theta + log_up), -std::expm1(-theta + log_down));
-                    sum_pB += pu[idx(c)] * B_impl[idx(c)];
-                    sum_pB_self += pu[idx(c)] * B_self[idx(c)];
-                }
-                const double gS = gamma(nd - 1 + Rs, u), gO = gamma(nd + 1 + Rs, u);
-                const double Delta = sum_pB + gS * (1 + sum_pB);
-                const double Delta_self = sum_pB_self + gS_s * (1 + sum_pB_self);
-                const bool bounded = Delta < 0.5 && gO < 0.5;  // false for NaN too
-                const double S_min = std::exp(log_down + Rs * std::log1p(-u)) * (1 - gS);
-                const double H0 = 2 * (1 + Rs) * eta;
-                const double Z = (nd * H0 + (nd + Rs) * eta) * (1 + gS) * 2;
-                // Step 4: context o_d = sum_j p_j v_jd with the value perturbations dv (impl) and sv (oracle).
-                for (Index d = 0; d < Dh; ++d) {
-                    Real o(0);
-                    for (Index c = 0; c < n; ++c) o += pr[idx(c)] * v.y[idx((b * Tk + keys[c]) * KV + g * Dh + d)];
-                    const double od = std::fabs(static_cast<double>(o));
-                    double dev_s = 0, sv_term = 0, abs_s = 0;
-                    for (Index c = 0; c < n; ++c) {
-                        const std::size_t at = idx((b * Tk + keys[c]) * KV + g * Dh + d);
-                        const double sv = v.self[at];
-                        const double dev = static_cast<double>(Real(v.y[at] - o)), va = std::fabs(static_cast<double>(v.y[at]));
-                        dev_s += pu[idx(c)] * B_self[idx(c)] * (std::fabs(dev) + sv);
-                        sv_term += pu[idx(c)] * (1 + B_self[idx(c)]) * sv;
-                        abs_s += pu[idx(c)] * (1 + B_self[idx(c)]) * (va + sv);
-                    }
-                    // Self bound: (*) with dv = sv; |v - o| for the exact o adds so itself, a term that the factor
-                    // 2 absorbs because sum p B_self / (1 - Delta) <= 1/2 (BOUNDS.md section 9).
-                    const double so = 2 * (dev_s + sv_term + gO_s * abs_s + gS_s * od * (1 + sum_pB_self)) / (1 - Delta_self);
-                    double dev_i = 0, ev_term = 0, abs_i = 0, abs_v = 0;
-                    for (Index c = 0; c < n; ++c) {
-                        const std::size_t at = idx((b * Tk + keys[c]) * KV + g * Dh + d);
-                        const double sv = v.self[at], ev = v.impl[at];
-                        const double dev = std::fabs(static_cast<double>(Real(v.y[at] - o))) + sv + so;
-                        const double va = std::fabs(static_cast<double>(v.y[at])) + sv;
-                        const double w = pu[idx(c)] * (1 + B_impl[idx(c)]);
-                        dev_i += pu[idx(c)] * B_impl[idx(c)] * dev;
-                        ev_term += w * ev;
-                        abs_i += w * (va + ev);
-                        abs_v += va + ev;
-                    }
-                    double bound = inf;
-                    if (bounded && S_min > 0.25) {
-                        const double rel = (dev_i + ev_term + gO * abs_i + gS * (od + so) * (1 + sum_pB)) / (1 - Delta);
-                        const double Xi = (H0 * abs_v + (2 * nd + Rs + 2) * eta) * (1 + gO) * 2;
-                        const double direct_abs = (eta * abs_v + 2 * nd * eta) * (1 + gO);
-                        bound = rel + (Xi + (od + so + rel) * Z) / S_min + direct_abs;
-                    }
-                    const std::size_t at = idx((b * Tq + i) * E + h * Dh + d);  // merge: (B, Tq, H, Dh) order
-                    ctx[at] = o;
-                    ctx_impl[at] = bound;
-                    ctx_self[at] = so;
-                }
-            }
-        }
-
-    // 5. output = context (B, Tq, E) @ out_proj_weight^T (E, E) + out_proj_bias.
     const TensorView<const T> Wo = m.out_proj_weight(), bo = m.out_proj_bias();
     const bool has_bias = bo.numel() > 0;
     const double gE = gamma(static_cast<double>(E + 1), u), gE_s = gamma(static_cast<double>(E + 1), u_mp);
-    for (Index b = 0; b < B; ++b)
+    for (Index b = 0; b < p.B; ++b)
         for (Index i = 0; i < Tq; ++i)
             for (Index col = 0; col < E; ++col) {
                 const std::size_t at = idx((b * Tq + i) * E + col);
-                if (nan_row[idx(b * Tq + i)]) {
+                if (heads.nan_row[idx(b * Tq + i)]) {
                     const double nan = std::numeric_limits<double>::quiet_NaN();
                     store<T>(nan, 0, r.output.data()[at], r.output_exact.data()[at], r.output_exact_lo.data()[at]);
                     continue;
@@ -337,18 +371,18 @@ void solve(const MultiHeadAttention<T>& m, const MhaProblem& p, TensorView<const
                 for (Index c = 0; c < E; ++c) {
                     const std::size_t oc = idx((b * Tq + i) * E + c);
                     const double w = static_cast<double>(Wo({col, c})), wa = std::fabs(w);
-                    acc += Real(w) * ctx[oc];
-                    const double oa = std::fabs(static_cast<double>(ctx[oc])) + ctx_self[oc];
-                    prop += wa * ctx_impl[oc];
-                    mag += wa * (oa + ctx_impl[oc]);
-                    prop_s += wa * ctx_self[oc];
+                    acc += Real(w) * heads.ctx[oc];
+                    const double oa = std::fabs(static_cast<double>(heads.ctx[oc])) + heads.ctx_self[oc];
+                    prop += wa * heads.ctx_impl[oc];
+                    mag += wa * (oa + heads.ctx_impl[oc]);
+                    prop_s += wa * heads.ctx_self[oc];
                     mag_s += wa * oa;
-                    scale_c += wa * std::fabs(static_cast<double>(ctx[oc]));
+                    scale_c += wa * std::fabs(static_cast<double>(heads.ctx[oc]));
                 }
                 const double bound = (prop + gE * mag + (2 * E + 2) * eta * (1 + gE)) * kBoundInflation;
                 const double self = 2 * (prop_s + gE_s * mag_s);
-                double hi = static_cast<double>(acc);
-                double lo = std::isfinite(hi) ? static_cast<double>(Real(acc - Real(hi))) : 0.0;
+                double hi, lo;
+                split(acc, hi, lo);
                 store<T>(hi, lo, r.output.data()[at], r.output_exact.data()[at], r.output_exact_lo.data()[at]);
                 r.output_bound.data()[at] = std::isnan(bound) ? inf : bound;
                 r.output_scale.data()[at] = scale_c;
@@ -357,6 +391,24 @@ void solve(const MultiHeadAttention<T>& m, const MhaProblem& p, TensorView<const
                 if (self_total > 0)
                     r.oracle_error_ratio = std::max(r.oracle_error_ratio, bound > 0 ? self_total / bound : inf);
             }
+}
+
+// Section 9: step 1, the three projections; steps 2-4 per head; step 5.
+template <class Real, class T>
+void solve(const MultiHeadAttention<T>& m, const MhaProblem& p, TensorView<const T> xq, TensorView<const T> xk,
+           TensorView<const T> xv, const MhaOptions& options, const ErrorModel& model, Result<T>& r) {
+    constexpr double u = std::numeric_limits<T>::epsilon() / 2;  // the target's unit roundoff
+    constexpr double eta = std::numeric_limits<T>::min();        // underflow term, covers flush-to-zero
+    const double u_mp = std::ldexp(1.0, -(std::numeric_limits<Real>::digits - 1));
+    // 1. projections: q (B, Tq, E), k and v (B, Tk, G*Dh).
+    const Projected<Real> q = project<Real, T>(xq, m.q_proj_weight(), m.q_proj_bias(), p.q_read, u, eta, u_mp);
+    const Projected<Real> k = project<Real, T>(xk, m.k_proj_weight(), m.k_proj_bias(), p.kv_read, u, eta, u_mp);
+    const Projected<Real> v = project<Real, T>(xv, m.v_proj_weight(), m.v_proj_bias(), p.kv_read, u, eta, u_mp);
+    // 2-4. per head: logits, softmax, context.
+    HeadPass<Real, T> heads(p, q, k, v, options, model);
+    heads.run();
+    // 5. the output projection.
+    output_projection<Real, T>(m, p, heads, r);
     r.bits = std::numeric_limits<Real>::digits;
 }
 

@@ -1,0 +1,350 @@
+// Internal: one attention row's exact softmax and weighted sum, and the pieces of its per-element bound
+// (oracle/BOUNDS.md sections 1-5 and 7), shared by the SDPA engine (engine.hpp) and the MHA path (mha.cpp).
+// Each function names the section it implements; the callers add only what their problem has on top
+// (the SDPA engine: the oracle's own error of its logits and storage; the MHA path: section 9's projection errors).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attn/oracle/oracle.hpp"
+
+namespace attn::oracle::detail {
+
+// ---- section 1: gamma_n -----------------------------------------------------------------------------------------
+
+inline double gamma(double n, double u) {
+    const double nu = n * u;
+    return nu < 1 ? nu / (1 - nu) : std::numeric_limits<double>::infinity();
+}
+
+// ---- section 5: error-free transformations in double, and storing an exact value ---------------------------------
+
+struct DoubleDouble {
+    double hi = 0, lo = 0;
+};
+
+// s + e == a + b exactly (Knuth's TwoSum; no branch, any magnitudes).
+inline void two_sum(double a, double b, double& s, double& e) {
+    s = a + b;
+    const double bb = s - a;
+    e = (a - (s - bb)) + (b - bb);
+}
+
+// p + e == a * b exactly, provided the product neither overflows nor underflows.
+inline void two_prod(double a, double b, double& p, double& e) {
+    p = a * b;
+    e = std::fma(a, b, -p);
+}
+
+// hi and lo of a Real: hi = the value rounded to double, lo = the rest rounded to double.
+template <class Real>
+void split(const Real& x, double& hi, double& lo) {
+    hi = static_cast<double>(x);
+    lo = std::isfinite(hi) ? static_cast<double>(Real(x - Real(hi))) : 0.0;
+}
+
+// Every exact value is stored from hi + lo (106 bits, far below any bound): rounded once to T, and as long double
+// plus a long double residual.
+template <class T>
+void store(double hi, double lo, T& rounded, long double& exact, long double& exact_lo) {
+    rounded = round_to<T>(hi, lo);
+    exact = static_cast<long double>(hi) + static_cast<long double>(lo);
+    // hi - exact is exact (Sterbenz); exact + exact_lo = hi + lo to ~2^-117 relative.
+    exact_lo = std::isfinite(hi) ? (static_cast<long double>(hi) - exact) + static_cast<long double>(lo) : 0.0L;
+}
+
+// ---- section 7: the bound's own rounding ---------------------------------------------------------------------------
+
+// Rigorous bounds are computed in double from nonnegative terms; their own rounding (relative, at most
+// ~(Tk + Dk + 20) * 2^-53) is covered by this factor for Tk + Dk < 10^9.
+inline constexpr double kBoundInflation = 1 + 1e-6;
+
+// ---- section 2: the implementation's logit error a_j ---------------------------------------------------------------
+
+// The per-row constants of section 2 for a dot product of length Dk (Dh for a head).
+struct LogitRounding {
+    double abs_scale = 0;
+    double gamma_logit = 0;  // gamma_{Dk+1+r}
+    double gamma_under = 0;  // gamma_{Dk+2}, on the underflow terms
+    double ops = 0;          // 2 Dk + 2 operations that may underflow
+    double eta = 0;
+};
+
+inline LogitRounding logit_rounding(Index Dk, double scale, Index scale_roundings, double u, double eta) {
+    LogitRounding L;
+    L.abs_scale = std::fabs(scale);
+    L.gamma_logit = gamma(static_cast<double>(Dk + 1 + scale_roundings), u);
+    L.gamma_under = gamma(Dk + 2.0, u);
+    L.ops = 2.0 * Dk + 2;
+    L.eta = eta;
+    return L;
+}
+
+// a_j = |scale| perturbation + gamma_{Dk+1+r} |scale| abs_dot + eta (ops (1 + |scale|) + abs_sum)(1 + gamma_{Dk+2}).
+// abs_dot = sum_d |q_d k_jd|, abs_sum = sum_d (|q_d| + |k_jd|). perturbation is section 9 step 2's
+// sum_d (e_qd |k_jd| + |q_d| e_kjd + e_qd e_kjd) for perturbed q and k, 0 for SDPA (exact inputs).
+inline double logit_bound(const LogitRounding& L, double perturbation, double abs_dot, double abs_sum) {
+    return L.abs_scale * perturbation + L.gamma_logit * L.abs_scale * abs_dot +
+           L.eta * (L.ops * (1 + L.abs_scale) + abs_sum) * (1 + L.gamma_under);
+}
+
+// ---- sections 0 and 5: the row's exact softmax and weighted sum, in Real ------------------------------------------
+
+// Weights p_j = exp(s_j - m) / W over the row's n keys, with what the bound needs of them.
+template <class Real>
+struct ExactSoftmax {
+    std::vector<Real> p;             // (n) p_j
+    std::vector<double> p_hi, p_lo;  // (n) p_j = p_hi + p_lo to 106 bits
+    std::vector<double> sigma;       // (n) m - s_j >= 0, rounded to double
+    double log_W = 0;                // log W, W = sum_j exp(s_j - m) >= 1
+    Index pivot = 0;                 // a key with the max logit (sigma_j = 0)
+};
+
+// logits (n >= 1) -> the shifted softmax (MPFR's exp is correctly rounded).
+template <class Real>
+void exact_softmax(const std::vector<Real>& logits, ExactSoftmax<Real>& out) {
+    const std::size_t n = logits.size();
+    Real m = logits[0];
+    for (std::size_t c = 1; c < n; ++c)
+        if (logits[c] > m) m = logits[c];
+    std::vector<Real> e(n);
+    out.sigma.assign(n, 0.0);
+    Real W(0);
+    for (std::size_t c = 0; c < n; ++c) {
+        const Real x = logits[c] - m;
+        out.sigma[c] = -static_cast<double>(x);
+        e[c] = exp(x);
+        W += e[c];
+    }
+    out.p.assign(n, Real(0));
+    out.p_hi.assign(n, 0.0);
+    out.p_lo.assign(n, 0.0);
+    out.pivot = 0;
+    for (std::size_t c = 0; c < n; ++c) {
+        out.p[c] = e[c] / W;
+        out.p_hi[c] = static_cast<double>(out.p[c]);
+        out.p_lo[c] = static_cast<double>(Real(out.p[c] - Real(out.p_hi[c])));
+        if (out.sigma[c] == 0 && out.sigma[static_cast<std::size_t>(out.pivot)] != 0) out.pivot = static_cast<Index>(c);
+    }
+    out.log_W = std::log(static_cast<double>(W));
+}
+
+// o = sum_j p_j value(j) in Real (value(j) returns the Real value of key j's element).
+template <class Real, class ValueAt>
+Real weighted_sum(const std::vector<Real>& p, ValueAt value) {
+    Real o(0);
+    for (std::size_t c = 0; c < p.size(); ++c) o += p[c] * value(c);
+    return o;
+}
+
+// The same in double-double (section 5, default path): 2n terms, p_hi v_j exactly by TwoProduct and p_lo v_j
+// rounded, through Dot2; o = hi + lo with hi = RN(o) (the final TwoSum is exact). value(j) returns a double.
+template <class ValueAt>
+DoubleDouble weighted_sum_dd(const std::vector<double>& p_hi, const std::vector<double>& p_lo, ValueAt value) {
+    double sh = 0, sl = 0;
+    for (std::size_t c = 0; c < p_hi.size(); ++c) {
+        const double vj = value(c);
+        double ph, pe, t, q2;
+        two_prod(p_hi[c], vj, ph, pe);
+        two_sum(sh, ph, t, q2);
+        sh = t;
+        sl += q2 + (pe + p_lo[c] * vj);
+    }
+    DoubleDouble o;
+    two_sum(sh, sl, o.hi, o.lo);
+    return o;
+}
+
+// ---- section 3: rounding parameters of one computation of a row, and the normalisations ----------------------------
+
+// The implementation's (unit roundoff u of T) or, in the same form, the oracle's own (u_mp, section 5).
+struct RowRounding {
+    double k_sigma = 0;               // (1 + R) u: shift and rescalings, per unit of sigma_j + a_j + A
+    double log_up = 0, log_down = 0;  // log of the max / min product of the exp's relative error factors
+    double gamma_S = 0;               // the sum over keys, per term
+    double gamma_O = 0;               // the weighted sum over keys including the final division, per term
+    double u_div = 0;                 // the division e_j / S for the weights
+};
+
+// Sections 3-4 for an implementation in T with R rescalings and the model's exp over n keys.
+inline RowRounding implementation_rounding(const ErrorModel& model, double n, double R, double u) {
+    RowRounding P;
+    P.k_sigma = (1 + R) * u;
+    const double eps_exp = 2 * model.exp_ulps * u;
+    P.log_up = (1 + R) * std::log1p(eps_exp);  // the key's own exp and one per rescaling
+    P.log_down = (1 + R) * std::log1p(-eps_exp);
+    P.gamma_S = gamma(n - 1 + R, u);
+    P.gamma_O = gamma(n + 1 + R, u);
+    P.u_div = u;
+    return P;
+}
+
+// Section 5: the oracle itself (R = 0, exp correctly rounded); gamma_O depends on how it forms the weighted sum.
+inline RowRounding oracle_rounding(double n, double u_mp, double gamma_O) {
+    RowRounding P;
+    P.k_sigma = u_mp;
+    P.log_up = std::log1p(u_mp);
+    P.log_down = std::log1p(-u_mp);
+    P.gamma_S = gamma(n - 1, u_mp);
+    P.gamma_O = gamma_O;
+    P.u_div = u_mp;
+    return P;
+}
+
+// Theta_j = a_j + (1 + R) u (sigma_j + a_j + A), evaluated as written (the MHA path).
+inline double exponent_perturbation(double a, double sigma, double A, const RowRounding& P) {
+    return a + P.k_sigma * (sigma + a + A);
+}
+
+// The same Theta_j as theta_rest_j + k_sigma sigma_j, kept apart so that sigma_j = inf gives p_j B_j = 0
+// (the SDPA path, whose logits may be huge). The two forms round differently in the last bit; each path keeps its own.
+inline double exponent_perturbation_rest(double a, double A, const RowRounding& P) { return a + P.k_sigma * (a + A); }
+
+// Direct normalisation: B_j = max(e^{Theta_j} (1+eps)^{1+R} - 1, 1 - e^{-Theta_j} (1-eps)^{1+R}).
+inline double direct_factor(double theta, const RowRounding& P) {
+    return std::max(std::expm1(theta + P.log_up), -std::expm1(-theta + P.log_down));
+}
+
+// The sums of (*) for one output column, over the row's keys.
+struct OutputSums {
+    double spread = 0;   // sum_j p_j B_j |v_jc - o_c|
+    double dv = 0;       // sum_j (p_j + p_j B_j) e_vjc: section 9's perturbed values (0 for SDPA)
+    double absterm = 0;  // sum_j (p_j + p_j B_j) (|v_jc| + e_vjc)
+};
+
+// One normalisation of the computed exps: w-hat_j = w_j (1 + beta_j), |beta_j| <= B_j, with p_j B_j, their sum and
+// the denominator's Delta = sum_j p_j B_j + gamma_S (1 + sum_j p_j B_j).
+struct Normalisation {
+    std::vector<double> B, pB, w;  // B_j, p_j B_j (in log space when B_j is large), p_j + p_j B_j
+    double sum_pB = 0, delta = 0, gamma_S = 0, gamma_O = 0;
+    bool bounded = false;  // Delta < 1/2 and gamma_O < 1/2
+
+    // Key j's terms of (*).
+    void add(OutputSums& s, std::size_t c, double spread_j, double abs_v) const {
+        s.spread += pB[c] * spread_j;
+        s.absterm += w[c] * abs_v;
+    }
+    // The same with section 9's value perturbation e_v.
+    void add(OutputSums& s, std::size_t c, double spread_j, double abs_v, double e_v) const {
+        s.spread += pB[c] * spread_j;
+        s.dv += w[c] * e_v;
+        s.absterm += w[c] * (abs_v + e_v);
+    }
+    // Section 7: |v_j - o| is formed with o rounded to double, which adds sum_j p_j B_j |o| 2^-52.
+    double o_rounding(double o) const { return sum_pB * std::fabs(o) * 0x1p-52; }
+    // The numerator of (*), plus o_rounding; o_up >= |o_c|.
+    double output_numerator(const OutputSums& s, double o_round, double o_up) const {
+        return s.spread + s.dv + o_round + gamma_O * s.absterm + gamma_S * o_up * (1 + sum_pB);
+    }
+    // (*): rel_c, +inf when the normalisation does not bound the row.
+    double output_rel(const OutputSums& s, double o_round, double o_up) const {
+        if (!bounded) return std::numeric_limits<double>::infinity();
+        return output_numerator(s, o_round, o_up) / (1 - delta);
+    }
+    // Section 4, the weights' relative part: [p_j B_j + u (p_j + p_j B_j) + p_j Delta] / (1 - Delta).
+    double weight_rel(std::size_t c, double p, double u_div) const {
+        if (!bounded) return std::numeric_limits<double>::infinity();
+        return (pB[c] + u_div * (p + pB[c]) + p * delta) / (1 - delta);
+    }
+    // The same divided by p_j (the caller checks Delta).
+    double weight_rel_factor(std::size_t c, double u_div) const { return (B[c] + u_div * (1 + B[c]) + delta) / (1 - delta); }
+};
+
+// Delta and whether the normalisation bounds the row, from its p_j B_j.
+inline void finish(Normalisation& N, const RowRounding& P) {
+    N.gamma_S = P.gamma_S;
+    N.gamma_O = P.gamma_O;
+    N.delta = N.sum_pB + P.gamma_S * (1 + N.sum_pB);
+    N.bounded = N.delta < 0.5 && P.gamma_O < 0.5;  // false for NaN too
+}
+
+// Direct normalisation from given B_j and upper bounds p_j (the MHA path): p_j B_j = p_j B_j, p_j (1 + B_j).
+inline Normalisation normalise(const std::vector<double>& B, const std::vector<double>& p, const RowRounding& P) {
+    Normalisation N;
+    N.B = B;
+    N.pB.resize(B.size());
+    N.w.resize(B.size());
+    for (std::size_t c = 0; c < B.size(); ++c) {
+        N.pB[c] = p[c] * B[c];
+        N.w[c] = p[c] * (1 + B[c]);
+        N.sum_pB += N.pB[c];
+    }
+    finish(N, P);
+    return N;
+}
+
+// Direct or pivot normalisation from Theta_j = theta_rest_j + k_sigma sigma_j (the SDPA path):
+//   direct: B_j = direct_factor(Theta_j), its upper side evaluated as (theta_rest_j + log_up) + k_sigma sigma_j;
+//   pivot:  relative to the max key's own perturbation, which then cancels (beta_pivot = 0); wins when the max
+//           key's logit error is large but the row is nearly one-hot.
+// p_j B_j < exp(-sigma_j (1 - k_sigma) - log W + log(1 + B_j) - k_sigma sigma_j) when B_j is large (0 for sigma_j = inf).
+inline Normalisation normalise(const RowRounding& P, const std::vector<double>& theta_rest, const std::vector<double>& p,
+                               const std::vector<double>& sigma, double log_W, Index pivot, bool pivoted) {
+    const std::size_t n = p.size();
+    Normalisation N;
+    N.B.resize(n);
+    N.pB.resize(n);
+    N.w.resize(n);
+    const auto piv = static_cast<std::size_t>(pivot);
+    if (!(P.k_sigma < 0.5)) return N;  // not bounded
+    const double theta_pivot = theta_rest[piv] + P.k_sigma * sigma[piv];
+    for (std::size_t c = 0; c < n; ++c) {
+        double up_rest = 0;  // log(1 + B_j) = up_rest + k_sigma sigma_j
+        if (!pivoted) {
+            up_rest = theta_rest[c] + P.log_up;
+            N.B[c] = std::max(std::expm1(up_rest + P.k_sigma * sigma[c]),
+                              -std::expm1(-(theta_rest[c] + P.k_sigma * sigma[c]) + P.log_down));
+        } else if (c != piv) {
+            up_rest = theta_rest[c] + theta_pivot + P.log_up - P.log_down;
+            N.B[c] = std::expm1(up_rest + P.k_sigma * sigma[c]);
+        } else {
+            N.B[c] = 0;
+        }
+        const double up = up_rest + P.k_sigma * sigma[c];
+        N.pB[c] = up < 1 ? p[c] * N.B[c] : std::exp(-sigma[c] * (1 - P.k_sigma) - log_W + up_rest);
+        N.w[c] = p[c] + N.pB[c];
+        N.sum_pB += N.pB[c];
+    }
+    finish(N, P);
+    return N;
+}
+
+// ---- section 4: the underflow terms --------------------------------------------------------------------------------
+
+// The implementation's absolute terms, in the scale of its computed sum, which is >= S_min.
+struct Underflow {
+    double S_min = 0, H0 = 0, Z = 0, n = 0, R = 0, eta = 0, gamma_O = 0;
+    bool ok = false;  // S_min > 1/4
+
+    // bound_c = rel_c + (Xi_c + (|o_c| + rel_c) Z) / S_min + the normalise-first form's underflow; abs_v =
+    // sum_j |v_jc| (plus e_vjc for section 9), o_up >= |o_c|. +inf when S_min is too small.
+    double output(double rel, double abs_v, double o_up) const {
+        if (!ok) return std::numeric_limits<double>::infinity();
+        const double Xi = (H0 * abs_v + (2 * n + R + 2) * eta) * (1 + gamma_O) * 2;
+        const double direct_abs = (eta * abs_v + 2 * n * eta) * (1 + gamma_O);  // normalise-first underflow
+        return rel + (Xi + (o_up + rel) * Z) / S_min + direct_abs;
+    }
+    // The weight p_j's: rel_j + (H0 (1 + u) + (p_j + rel_j) Z) / S_min + eta.
+    double weight(double rel, double p, double u) const {
+        if (!ok) return std::numeric_limits<double>::infinity();
+        return rel + (H0 * (1 + u) + (p + rel) * Z) / S_min + eta;
+    }
+};
+
+inline Underflow underflow_terms(const RowRounding& impl, double n, double R, double u, double eta) {
+    Underflow U;
+    U.S_min = std::exp(impl.log_down + R * std::log1p(-u)) * (1 - impl.gamma_S);
+    U.H0 = 2 * (1 + R) * eta;                                   // each computed exp, after rescalings
+    U.Z = (n * U.H0 + (n + R) * eta) * (1 + impl.gamma_S) * 2;  // the computed sum
+    U.n = n;
+    U.R = R;
+    U.eta = eta;
+    U.gamma_O = impl.gamma_O;
+    U.ok = U.S_min > 0.25;
+    return U;
+}
+
+}  // namespace attn::oracle::detail
