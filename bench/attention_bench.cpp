@@ -1,7 +1,8 @@
 // Attention speed on one machine, in one run: BLIS gemm (the limit), naive BLIS attention, `reference`, `tiled`;
 // plus a peak-memory probe (`--memory-probe IMPL T`), run by `attn bench` in separate processes.
 //
-// Benchmark names carry their row: "impl=tiled,dtype=float,threads=1,case=self,Tq=4096,Tk=4096,D=64".
+// Benchmark names are config strings (attn/suite/config.hpp):
+// "sdpa(B=1,H=8,Tq=4096,Tk=4096,Dk=64,Dv=64,mask=none,dtype=float,threads=1,impl=tiled)".
 // FLOPs per attention = 4 B H Tq Tk D (also for causal, so causal shows as higher GFLOP/s); per gemm 2 M N K.
 // Own flags (before Google Benchmark's): --quick (fewer shapes), --reps N, --memory-probe IMPL T.
 #include <benchmark/benchmark.h>
@@ -21,6 +22,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/machine.hpp"
+#include "attn/suite/config.hpp"
 #include "gemm.hpp"
 
 namespace {
@@ -132,29 +134,37 @@ void register_all(bool quick, int reps_override) {
     const std::vector<Index> Ts =
         quick ? std::vector<Index>{512, 2048} : std::vector<Index>{128, 512, 1024, 2048, 4096};
     struct Shape {
-        const char* name;
         Index Tq, Tk;
         bool causal;
     };
     std::vector<Shape> shapes;
-    for (Index T : Ts) shapes.push_back({"self", T, T, false});
-    for (Index T : Ts) shapes.push_back({"causal", T, T, true});
-    if (!quick) shapes.push_back({"cross", 128, 4096, false});
+    for (Index T : Ts) shapes.push_back({T, T, false});  // self
+    for (Index T : Ts) shapes.push_back({T, T, true});   // causal
+    if (!quick) shapes.push_back({128, 4096, false});    // cross
     const double min_time = quick ? 0.05 : 0.2;
     const int reps = reps_override > 0 ? reps_override : quick ? 3 : 5;
     for (int threads : {1, 2}) {
         const auto add_dtype = [&]<class T>(T) {
-            const std::string common = std::string(",dtype=") + dtype_name<T>() + ",threads=" + std::to_string(threads);
-            const std::string gemm_name = "impl=gemm" + common + ",case=gemm,Tq=" + std::to_string(gemm_size) +
-                                          ",Tk=" + std::to_string(gemm_size) + ",D=" + std::to_string(gemm_size);
+            // Every row is named by its config string (attn/suite/config.hpp); the gemm limit is the op "gemm", one
+            // (Tq x Dk) x (Dk x Tk) product of gemm_size cubed.
+            attn::suite::CaseConfig config;
+            config.dtype = std::is_same_v<T, float> ? attn::suite::Dtype::Float : attn::suite::Dtype::Double;
+            config.threads = threads;
+            attn::suite::CaseConfig gemm = config;
+            gemm.op = "gemm";
+            gemm.Tq = gemm.Tk = gemm.Dk = gemm.Dv = gemm_size;
+            gemm.impl = "blis";
+            const std::string gemm_name = gemm.to_config();
             benchmark::RegisterBenchmark(gemm_name.c_str(),
                                          [threads](benchmark::State& s) { bench_gemm<T>(s, threads); })
                 ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
             for (const Shape& sh : shapes)
                 for (const char* impl : {"naive", "reference", "tiled"}) {
-                    const std::string name = std::string("impl=") + impl + common + ",case=" + sh.name +
-                                             ",Tq=" + std::to_string(sh.Tq) + ",Tk=" + std::to_string(sh.Tk) +
-                                             ",D=" + std::to_string(D);
+                    attn::suite::CaseConfig row = config;
+                    row.B = B, row.H = row.kv_heads = H, row.Tq = sh.Tq, row.Tk = sh.Tk, row.Dk = row.Dv = D;
+                    row.mask = sh.causal ? "causal-br" : "none";
+                    row.impl = impl;
+                    const std::string name = row.to_config();
                     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
                         bench_attention<T>(s, impl, sh.Tq, sh.Tk, sh.causal, threads);
                     })->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);

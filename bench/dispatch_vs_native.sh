@@ -9,7 +9,7 @@ rounds=${1:-5}
 cd "$root"
 cmake --preset release >/dev/null && cmake --build --preset release -j "$(nproc)" --target attn_attention_bench attn_cli >/dev/null
 cmake --preset release-native >/dev/null && cmake --build --preset release-native -j "$(nproc)" --target attn_attention_bench >/dev/null
-filter='impl=tiled,dtype=float,threads=1,case=self,Tq=4096,'
+filter='^sdpa\(B=1,H=8,Tq=4096,Tk=4096,Dk=64,Dv=64,mask=none,dtype=float,threads=1,impl=tiled\)/'
 median_ms() {  # program [env...]: the median of 3 repetitions, in ms
   env "${@:2}" "$1" --benchmark_filter="$filter" --reps 3 2>/dev/null |
     awk '/real_time_median/ { for (i = 2; i <= NF; ++i) if ($(i + 1) == "ms") { print $i; exit } }'

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attn/suite/config.hpp"
 #include "commands.hpp"
 
 namespace attn::cli {
@@ -25,7 +27,7 @@ namespace {
 using nlohmann::json;
 
 struct Row {
-    std::string impl, dtype, kase;
+    std::string config, impl, dtype, kase;
     int threads = 0;
     long Tq = 0, Tk = 0, D = 0;
     double flop = 0;
@@ -43,22 +45,18 @@ struct Row {
     double gflops() const { return flop / (median() * 1e-3) / 1e9; }
 };
 
-// "impl=tiled,dtype=float,threads=1,case=self,Tq=4096,Tk=4096,D=64/min_time:0.200/repeats:5" -> fields.
+// "sdpa(B=1,H=8,Tq=4096,Tk=4096,Dk=64,Dv=64,mask=none,dtype=float,threads=1,impl=tiled)/min_time:0.200/repeats:5"
+// (a config string, attn/suite/config.hpp, then Google Benchmark's suffixes) -> fields. The gemm limit is
+// "gemm(...,impl=blis)"; its rows are impl "gemm" here.
 Row parse_name(const std::string& run_name) {
+    const suite::CaseConfig c = suite::parse_config(run_name.substr(0, run_name.find('/')));
     Row r;
-    std::stringstream ss(run_name.substr(0, run_name.find('/')));
-    std::string kv;
-    while (std::getline(ss, kv, ',')) {
-        const auto eq = kv.find('=');
-        const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
-        if (key == "impl") r.impl = value;
-        else if (key == "dtype") r.dtype = value;
-        else if (key == "threads") r.threads = std::stoi(value);
-        else if (key == "case") r.kase = value;
-        else if (key == "Tq") r.Tq = std::stol(value);
-        else if (key == "Tk") r.Tk = std::stol(value);
-        else if (key == "D") r.D = std::stol(value);
-    }
+    r.config = c.to_config();
+    r.impl = c.op == "gemm" ? "gemm" : c.impl;
+    r.dtype = suite::to_string(c.dtype);
+    r.threads = c.threads;
+    r.kase = c.op == "gemm" ? "gemm" : c.mask == "causal-br" ? "causal" : c.Tq == c.Tk ? "self" : "cross";
+    r.Tq = static_cast<long>(c.Tq), r.Tk = static_cast<long>(c.Tk), r.D = static_cast<long>(c.Dk);
     return r;
 }
 
@@ -90,7 +88,9 @@ Action add_bench_command(CLI::App& app) {
     static int repetitions = 0;
     bench->add_flag("--quick", quick, "Fewer shapes and repetitions (a smoke run, not for figures)");
     bench->add_option("--json", json_path, "Also write the rows as JSON to this file");
-    bench->add_option("--filter", filter, "Only benchmarks whose name matches this regex (e.g. 'impl=(gemm|tiled)')");
+    bench->add_option("--filter", filter,
+                      "Only the rows whose config string has these fields (e.g. 'impl=tiled,threads=1'; the gemm "
+                      "limit is impl=blis), as attn report --filter");
     bench->add_option("--repetitions", repetitions, "Repetitions per benchmark (default 5, quick 3)");
     return [bench]() -> int {
         if (!bench->parsed()) return not_mine;
@@ -99,13 +99,32 @@ Action add_bench_command(CLI::App& app) {
         return 2;
 #else
         const std::string binary = ATTN_BENCH_BINARY;
+        const std::string program = "'" + binary + "'" + (quick ? " --quick" : "");
+        // --filter selects by config fields (suite::config_matches); Google Benchmark gets the exact names.
+        std::string names_regex;
+        if (!filter.empty()) {
+            std::stringstream listed(capture(program + " --benchmark_list_tests=true"));
+            std::string name;
+            while (std::getline(listed, name)) {
+                name = name.substr(0, name.find('/'));
+                if (name.empty() || !suite::config_matches(name, filter)) continue;
+                if (names_regex.find(name) != std::string::npos) continue;
+                std::string escaped;
+                for (char ch : name) escaped += std::string(std::strchr("()[]{}.+*?^$|\\", ch) ? "\\" : "") + ch;
+                names_regex += (names_regex.empty() ? "" : "|") + escaped;
+            }
+            if (names_regex.empty()) {
+                std::cerr << "attn bench: no benchmark matches '" << filter << "'\n";
+                return 2;
+            }
+            names_regex = "^(" + names_regex + ")/";
+        }
         const std::string raw = (std::filesystem::temp_directory_path() /
                                  ("attn_bench_" + std::to_string(getpid()) + ".json")).string();
         std::cout << "attn bench: " << (quick ? "quick run" : "full run")
                   << " (B=1, H=8, D=64; medians of repetitions; ratios within this run)\n";
-        const int code = run("'" + binary + "'" + (quick ? " --quick" : "") +
-                             (repetitions > 0 ? " --reps " + std::to_string(repetitions) : std::string()) +
-                             (filter.empty() ? std::string() : " --benchmark_filter='" + filter + "'") +
+        const int code = run(program + (repetitions > 0 ? " --reps " + std::to_string(repetitions) : std::string()) +
+                             (names_regex.empty() ? std::string() : " --benchmark_filter='" + names_regex + "'") +
                              // Repetitions of all benchmarks in random order: a slow spell of the machine
                              // spreads over every row instead of sinking one row's median (seen: 487 ms vs 405 ms).
                              " --benchmark_enable_random_interleaving=true"
@@ -171,7 +190,7 @@ Action add_bench_command(CLI::App& app) {
             // Same ratio on the calling thread's CPU time: immune to other processes on 1-thread rows.
             const double pct_cpu = 100.0 * gemm_cpu_ms[{r.dtype, r.threads}] / (r.cpu_median() / r.flop);
             std::printf("%10.2f %10.1f%%\n", r.cpu_median(), pct_cpu);
-            rows.push_back({{"impl", r.impl}, {"dtype", r.dtype}, {"threads", r.threads}, {"case", r.kase},
+            rows.push_back({{"config", r.config}, {"impl", r.impl}, {"dtype", r.dtype}, {"threads", r.threads}, {"case", r.kase},
                             {"Tq", r.Tq}, {"Tk", r.Tk}, {"D", r.D}, {"ms", r.median()}, {"ms_min", r.min()},
                             {"ms_max", r.max()}, {"repetitions", r.ms.size()}, {"gflops", r.gflops()},
                             {"pct_of_gemm", pct}, {"speedup_over_naive", speedup}, {"cpu_ms", r.cpu_median()},
