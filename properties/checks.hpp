@@ -123,7 +123,9 @@ inline SdpaCase with_identity_values(const SdpaCase& c) {
 }
 
 // The explicit allowed mask of a case expanded to (B, H, Tq, Tk), causal option folded in (for properties that
-// permute or perturb it).
+// permute or perturb it). Independent of the library's problem description (lib/src/problem.cpp) on purpose, like
+// the fuzzers' model: it is what the library's broadcasting and readability are checked against, so a bug there
+// must not reach both sides. It shares only the causal rule (attn::causal_allows) and TensorView::broadcast_to.
 Tensor<bool> expanded_allowed(const SdpaCase& c);
 
 // Runs f, turning an attn::Error or any other exception into a verdict naming it.

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -77,6 +78,165 @@ std::string capture(const std::string& command) {
     return out;
 }
 
+// Every repetition of every benchmark, by run name, in registration order; the gemm limit and naive rows by key.
+struct Measured {
+    std::map<std::string, Row> by_name;
+    std::vector<std::string> order;
+    std::map<std::tuple<std::string, int>, double> gemm_gflops;  // (dtype, threads)
+    std::map<std::tuple<std::string, int>, double> gemm_cpu_ms;  // ms per flop
+    std::map<std::tuple<std::string, int, std::string, long, long>, double> naive_ms;
+};
+
+// --filter selects by config fields (suite::config_matches); Google Benchmark gets the exact names as a regex
+// ("" when there is no filter; nullopt when nothing matches).
+std::optional<std::string> names_regex(const std::string& program, const std::string& filter) {
+    if (filter.empty()) return std::string();
+    std::string regex;
+    std::stringstream listed(capture(program + " --benchmark_list_tests=true"));
+    std::string name;
+    while (std::getline(listed, name)) {
+        name = name.substr(0, name.find('/'));
+        if (name.empty() || !suite::config_matches(name, filter)) continue;
+        if (regex.find(name) != std::string::npos) continue;
+        std::string escaped;
+        for (char ch : name) escaped += std::string(std::strchr("()[]{}.+*?^$|\\", ch) ? "\\" : "") + ch;
+        regex += (regex.empty() ? "" : "|") + escaped;
+    }
+    if (regex.empty()) return std::nullopt;
+    return "^(" + regex + ")/";
+}
+
+Measured collect(const json& raw_json) {
+    Measured m;
+    auto& by_name = m.by_name;
+    auto& order = m.order;
+    // Repetitions of one benchmark share its run_name.
+    std::map<std::string, long> family;  // registration order: the table's order under random interleaving
+    for (const json& b : raw_json["benchmarks"]) {
+        if (b.value("run_type", "") != "iteration") continue;
+        const std::string name = b["run_name"];
+        if (!by_name.count(name)) {
+            by_name[name] = parse_name(name);
+            by_name[name].flop = b["flop"].get<double>();
+            family[name] = b.value("family_index", 0L);
+            order.push_back(name);
+        }
+        by_name[name].ms.push_back(b["real_time"].get<double>());  // Unit(kMillisecond)
+        by_name[name].cpu_ms.push_back(b["cpu_time"].get<double>());
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](const std::string& a, const std::string& b) { return family[a] < family[b]; });
+    for (const auto& [name, r] : by_name) {
+        if (r.impl == "gemm") m.gemm_gflops[{r.dtype, r.threads}] = r.gflops();
+        if (r.impl == "gemm") m.gemm_cpu_ms[{r.dtype, r.threads}] = r.cpu_median() / r.flop;  // ms per flop
+        if (r.impl == "naive") m.naive_ms[{r.dtype, r.threads, r.kase, r.Tq, r.Tk}] = r.median();
+    }
+
+    return m;
+}
+
+// The table, one line per benchmark; its rows as JSON.
+json print_rows(Measured& m) {
+    json rows = json::array();
+    std::printf("\n%-9s %-6s %2s %-6s %5s %5s %4s %10s %19s %8s %8s %8s %10s %11s\n", "impl", "dtype", "th", "case",
+                "Tq", "Tk", "D", "ms", "[min, max]", "GFLOP/s", "% gemm", "x naive", "cpu ms", "% gemm cpu");
+    for (const std::string& name : m.order) {
+        const Row& r = m.by_name[name];
+        const double pct = 100.0 * r.gflops() / m.gemm_gflops[{r.dtype, r.threads}];
+        const auto naive = m.naive_ms.find({r.dtype, r.threads, r.kase, r.Tq, r.Tk});
+        const double speedup = naive != m.naive_ms.end() ? naive->second / r.median() : 0.0;
+        std::printf("%-9s %-6s %2d %-6s %5ld %5ld %4ld %10.2f [%8.2f, %8.2f] %8.1f %7.1f%% ", r.impl.c_str(),
+                    r.dtype.c_str(), r.threads, r.kase.c_str(), r.Tq, r.Tk, r.D, r.median(), r.min(), r.max(),
+                    r.gflops(), pct);
+        if (speedup > 0) std::printf("%7.2fx ", speedup);
+        else std::printf("%8s ", "-");
+        // Same ratio on the calling thread's CPU time: immune to other processes on 1-thread rows.
+        const double pct_cpu = 100.0 * m.gemm_cpu_ms[{r.dtype, r.threads}] / (r.cpu_median() / r.flop);
+        std::printf("%10.2f %10.1f%%\n", r.cpu_median(), pct_cpu);
+        rows.push_back({{"config", r.config}, {"impl", r.impl}, {"dtype", r.dtype}, {"threads", r.threads}, {"case", r.kase},
+                        {"Tq", r.Tq}, {"Tk", r.Tk}, {"D", r.D}, {"ms", r.median()}, {"ms_min", r.min()},
+                        {"ms_max", r.max()}, {"repetitions", r.ms.size()}, {"gflops", r.gflops()},
+                        {"pct_of_gemm", pct}, {"speedup_over_naive", speedup}, {"cpu_ms", r.cpu_median()},
+                        {"pct_of_gemm_cpu", pct_cpu}});
+    }
+
+    return rows;
+}
+
+// Peak resident memory, one process per measurement; the tiled kernel's figure at T=32768 (or -1) in *tiled_32k.
+json measure_memory(const std::string& binary, bool quick, double* tiled_32k) {
+    // Peak resident memory, one process per measurement so no allocation of one run hides in another's peak.
+    json memory = json::array();
+    std::printf("\npeak memory beyond inputs and output (H=1, D=64, float, 1 thread, separate processes)\n");
+    std::printf("%-9s %6s %14s\n", "impl", "T", "MiB");
+    const std::vector<long> Ts = quick ? std::vector<long>{4096} : std::vector<long>{4096, 16384, 32768};
+    *tiled_32k = -1;
+    for (long T : Ts)
+        for (const char* impl : {"reference", "tiled"}) {
+            const std::string out = capture("'" + binary + "' --memory-probe " + impl + " " + std::to_string(T));
+            try {
+                const json m = json::parse(out);
+                const double mib = m["beyond_inputs_and_output_kib"].get<double>() / 1024.0;
+                std::printf("%-9s %6ld %14.1f\n", impl, T, mib);
+                memory.push_back(m);
+                if (T == 32768 && std::string(impl) == "tiled") *tiled_32k = mib;
+            } catch (const json::exception&) {
+                std::printf("%-9s %6ld %14s\n", impl, T, "failed");
+            }
+        }
+
+    return memory;
+}
+
+// The targets of the fast path, from this run's rows.
+void print_targets(Measured& m, bool quick, double tiled_32k) {
+    auto& gemm_gflops = m.gemm_gflops;
+    auto& gemm_cpu_ms = m.gemm_cpu_ms;
+    // The targets of the fast path, from this run's rows.
+    const auto find = [&](const std::string& impl, const std::string& dtype, int threads, const std::string& kase,
+                          long T) -> const Row* {
+        for (const auto& [name, r] : m.by_name)
+            if (r.impl == impl && r.dtype == dtype && r.threads == threads && r.kase == kase && r.Tq == T &&
+                r.Tk == T)
+                return &r;
+        return nullptr;
+    };
+    const long T = quick ? 2048 : 4096;
+    std::printf("\ntargets (T=%ld self unless noted)\n", T);
+    const auto target = [](const char* what, bool have, double value, double goal, bool at_least,
+                           const char* unit) {
+        if (!have) {
+            std::printf("  %-52s %s\n", what, "n/a");
+            return;
+        }
+        const bool ok = at_least ? value >= goal : value <= goal;
+        std::printf("  %-52s %8.2f%s (goal %s %.2f%s) %s\n", what, value, unit, at_least ? ">=" : "<=", goal, unit,
+                    ok ? "met" : "MISSED");
+    };
+    const Row* f1 = find("tiled", "float", 1, "self", T);
+    const Row* f2 = find("tiled", "float", 2, "self", T);
+    const Row* c1 = find("tiled", "float", 1, "causal", T);
+    const Row* d1 = find("tiled", "double", 1, "self", T);
+    target("tiled float 1 thread, % of sgemm", f1, f1 ? 100 * f1->gflops() / gemm_gflops[{"float", 1}] : 0, 75,
+           true, "%");
+    target("tiled float 2 threads / 1 thread throughput", f1 && f2, f1 && f2 ? f1->median() / f2->median() : 0, 1.8,
+           true, "x");
+    target("tiled float causal / self time, 1 thread", f1 && c1, f1 && c1 ? c1->median() / f1->median() : 0, 0.55,
+           false, "x");
+    target("tiled double 1 thread, % of dgemm", d1, d1 ? 100 * d1->gflops() / gemm_gflops[{"double", 1}] : 0, 70,
+           true, "%");
+    target("tiled memory at T=32768 beyond inputs and output", tiled_32k >= 0, tiled_32k, 64, false, " MiB");
+    // The 1-thread ratios again on CPU time, for runs on a machine other processes share.
+    const auto pct_cpu = [&](const Row* r, const char* dtype) {
+        return 100.0 * gemm_cpu_ms[{dtype, 1}] / (r->cpu_median() / r->flop);
+    };
+    target("(cpu time) tiled float 1 thread, % of sgemm", f1, f1 ? pct_cpu(f1, "float") : 0, 75, true, "%");
+    target("(cpu time) tiled float causal / self, 1 thread", f1 && c1,
+           f1 && c1 ? c1->cpu_median() / f1->cpu_median() : 0, 0.55, false, "x");
+    target("(cpu time) tiled double 1 thread, % of dgemm", d1, d1 ? pct_cpu(d1, "double") : 0, 70, true, "%");
+
+}
+
 }  // namespace
 #endif
 
@@ -101,30 +261,17 @@ Action add_bench_command(CLI::App& app) {
         const std::string binary = ATTN_BENCH_BINARY;
         const std::string program = "'" + binary + "'" + (quick ? " --quick" : "");
         // --filter selects by config fields (suite::config_matches); Google Benchmark gets the exact names.
-        std::string names_regex;
-        if (!filter.empty()) {
-            std::stringstream listed(capture(program + " --benchmark_list_tests=true"));
-            std::string name;
-            while (std::getline(listed, name)) {
-                name = name.substr(0, name.find('/'));
-                if (name.empty() || !suite::config_matches(name, filter)) continue;
-                if (names_regex.find(name) != std::string::npos) continue;
-                std::string escaped;
-                for (char ch : name) escaped += std::string(std::strchr("()[]{}.+*?^$|\\", ch) ? "\\" : "") + ch;
-                names_regex += (names_regex.empty() ? "" : "|") + escaped;
-            }
-            if (names_regex.empty()) {
-                std::cerr << "attn bench: no benchmark matches '" << filter << "'\n";
-                return 2;
-            }
-            names_regex = "^(" + names_regex + ")/";
+        const std::optional<std::string> selected = names_regex(program, filter);
+        if (!selected) {
+            std::cerr << "attn bench: no benchmark matches '" << filter << "'\n";
+            return 2;
         }
         const std::string raw = (std::filesystem::temp_directory_path() /
                                  ("attn_bench_" + std::to_string(getpid()) + ".json")).string();
         std::cout << "attn bench: " << (quick ? "quick run" : "full run")
                   << " (B=1, H=8, D=64; medians of repetitions; ratios within this run)\n";
         const int code = run(program + (repetitions > 0 ? " --reps " + std::to_string(repetitions) : std::string()) +
-                             (names_regex.empty() ? std::string() : " --benchmark_filter='" + names_regex + "'") +
+                             (selected->empty() ? std::string() : " --benchmark_filter='" + *selected + "'") +
                              // Repetitions of all benchmarks in random order: a slow spell of the machine
                              // spreads over every row instead of sinking one row's median (seen: 487 ms vs 405 ms).
                              " --benchmark_enable_random_interleaving=true"
@@ -147,118 +294,11 @@ Action add_bench_command(CLI::App& app) {
                       << context.value("attn_simd_chosen", "?") << ", BLIS " << context.value("attn_blis_arch", "?")
                       << ")\n";
 
-        // Repetitions of one benchmark share its run_name.
-        std::map<std::string, Row> by_name;
-        std::vector<std::string> order;
-        std::map<std::string, long> family;  // registration order: the table's order under random interleaving
-        for (const json& b : raw_json["benchmarks"]) {
-            if (b.value("run_type", "") != "iteration") continue;
-            const std::string name = b["run_name"];
-            if (!by_name.count(name)) {
-                by_name[name] = parse_name(name);
-                by_name[name].flop = b["flop"].get<double>();
-                family[name] = b.value("family_index", 0L);
-                order.push_back(name);
-            }
-            by_name[name].ms.push_back(b["real_time"].get<double>());  // Unit(kMillisecond)
-            by_name[name].cpu_ms.push_back(b["cpu_time"].get<double>());
-        }
-        std::stable_sort(order.begin(), order.end(),
-                         [&](const std::string& a, const std::string& b) { return family[a] < family[b]; });
-        std::map<std::tuple<std::string, int>, double> gemm_gflops;  // (dtype, threads)
-        std::map<std::tuple<std::string, int>, double> gemm_cpu_ms;
-        std::map<std::tuple<std::string, int, std::string, long, long>, double> naive_ms;
-        for (const auto& [name, r] : by_name) {
-            if (r.impl == "gemm") gemm_gflops[{r.dtype, r.threads}] = r.gflops();
-            if (r.impl == "gemm") gemm_cpu_ms[{r.dtype, r.threads}] = r.cpu_median() / r.flop;  // ms per flop
-            if (r.impl == "naive") naive_ms[{r.dtype, r.threads, r.kase, r.Tq, r.Tk}] = r.median();
-        }
-
-        json rows = json::array();
-        std::printf("\n%-9s %-6s %2s %-6s %5s %5s %4s %10s %19s %8s %8s %8s %10s %11s\n", "impl", "dtype", "th", "case",
-                    "Tq", "Tk", "D", "ms", "[min, max]", "GFLOP/s", "% gemm", "x naive", "cpu ms", "% gemm cpu");
-        for (const std::string& name : order) {
-            const Row& r = by_name[name];
-            const double pct = 100.0 * r.gflops() / gemm_gflops[{r.dtype, r.threads}];
-            const auto naive = naive_ms.find({r.dtype, r.threads, r.kase, r.Tq, r.Tk});
-            const double speedup = naive != naive_ms.end() ? naive->second / r.median() : 0.0;
-            std::printf("%-9s %-6s %2d %-6s %5ld %5ld %4ld %10.2f [%8.2f, %8.2f] %8.1f %7.1f%% ", r.impl.c_str(),
-                        r.dtype.c_str(), r.threads, r.kase.c_str(), r.Tq, r.Tk, r.D, r.median(), r.min(), r.max(),
-                        r.gflops(), pct);
-            if (speedup > 0) std::printf("%7.2fx ", speedup);
-            else std::printf("%8s ", "-");
-            // Same ratio on the calling thread's CPU time: immune to other processes on 1-thread rows.
-            const double pct_cpu = 100.0 * gemm_cpu_ms[{r.dtype, r.threads}] / (r.cpu_median() / r.flop);
-            std::printf("%10.2f %10.1f%%\n", r.cpu_median(), pct_cpu);
-            rows.push_back({{"config", r.config}, {"impl", r.impl}, {"dtype", r.dtype}, {"threads", r.threads}, {"case", r.kase},
-                            {"Tq", r.Tq}, {"Tk", r.Tk}, {"D", r.D}, {"ms", r.median()}, {"ms_min", r.min()},
-                            {"ms_max", r.max()}, {"repetitions", r.ms.size()}, {"gflops", r.gflops()},
-                            {"pct_of_gemm", pct}, {"speedup_over_naive", speedup}, {"cpu_ms", r.cpu_median()},
-                            {"pct_of_gemm_cpu", pct_cpu}});
-        }
-
-        // Peak resident memory, one process per measurement so no allocation of one run hides in another's peak.
-        json memory = json::array();
-        std::printf("\npeak memory beyond inputs and output (H=1, D=64, float, 1 thread, separate processes)\n");
-        std::printf("%-9s %6s %14s\n", "impl", "T", "MiB");
-        const std::vector<long> Ts = quick ? std::vector<long>{4096} : std::vector<long>{4096, 16384, 32768};
+        Measured measured = collect(raw_json);
+        const json rows = print_rows(measured);
         double tiled_32k = -1;
-        for (long T : Ts)
-            for (const char* impl : {"reference", "tiled"}) {
-                const std::string out = capture("'" + binary + "' --memory-probe " + impl + " " + std::to_string(T));
-                try {
-                    const json m = json::parse(out);
-                    const double mib = m["beyond_inputs_and_output_kib"].get<double>() / 1024.0;
-                    std::printf("%-9s %6ld %14.1f\n", impl, T, mib);
-                    memory.push_back(m);
-                    if (T == 32768 && std::string(impl) == "tiled") tiled_32k = mib;
-                } catch (const json::exception&) {
-                    std::printf("%-9s %6ld %14s\n", impl, T, "failed");
-                }
-            }
-
-        // The targets of the fast path, from this run's rows.
-        const auto find = [&](const std::string& impl, const std::string& dtype, int threads, const std::string& kase,
-                              long T) -> const Row* {
-            for (const auto& [name, r] : by_name)
-                if (r.impl == impl && r.dtype == dtype && r.threads == threads && r.kase == kase && r.Tq == T &&
-                    r.Tk == T)
-                    return &r;
-            return nullptr;
-        };
-        const long T = quick ? 2048 : 4096;
-        std::printf("\ntargets (T=%ld self unless noted)\n", T);
-        const auto target = [](const char* what, bool have, double value, double goal, bool at_least,
-                               const char* unit) {
-            if (!have) {
-                std::printf("  %-52s %s\n", what, "n/a");
-                return;
-            }
-            const bool ok = at_least ? value >= goal : value <= goal;
-            std::printf("  %-52s %8.2f%s (goal %s %.2f%s) %s\n", what, value, unit, at_least ? ">=" : "<=", goal, unit,
-                        ok ? "met" : "MISSED");
-        };
-        const Row* f1 = find("tiled", "float", 1, "self", T);
-        const Row* f2 = find("tiled", "float", 2, "self", T);
-        const Row* c1 = find("tiled", "float", 1, "causal", T);
-        const Row* d1 = find("tiled", "double", 1, "self", T);
-        target("tiled float 1 thread, % of sgemm", f1, f1 ? 100 * f1->gflops() / gemm_gflops[{"float", 1}] : 0, 75,
-               true, "%");
-        target("tiled float 2 threads / 1 thread throughput", f1 && f2, f1 && f2 ? f1->median() / f2->median() : 0, 1.8,
-               true, "x");
-        target("tiled float causal / self time, 1 thread", f1 && c1, f1 && c1 ? c1->median() / f1->median() : 0, 0.55,
-               false, "x");
-        target("tiled double 1 thread, % of dgemm", d1, d1 ? 100 * d1->gflops() / gemm_gflops[{"double", 1}] : 0, 70,
-               true, "%");
-        target("tiled memory at T=32768 beyond inputs and output", tiled_32k >= 0, tiled_32k, 64, false, " MiB");
-        // The 1-thread ratios again on CPU time, for runs on a machine other processes share.
-        const auto pct_cpu = [&](const Row* r, const char* dtype) {
-            return 100.0 * gemm_cpu_ms[{dtype, 1}] / (r->cpu_median() / r->flop);
-        };
-        target("(cpu time) tiled float 1 thread, % of sgemm", f1, f1 ? pct_cpu(f1, "float") : 0, 75, true, "%");
-        target("(cpu time) tiled float causal / self, 1 thread", f1 && c1,
-               f1 && c1 ? c1->cpu_median() / f1->cpu_median() : 0, 0.55, false, "x");
-        target("(cpu time) tiled double 1 thread, % of dgemm", d1, d1 ? pct_cpu(d1, "double") : 0, 70, true, "%");
+        const json memory = measure_memory(binary, quick, &tiled_32k);
+        print_targets(measured, quick, tiled_32k);
 
         if (!json_path.empty()) {
             std::ofstream out(json_path);

@@ -15,6 +15,21 @@
 
 namespace attn::cli {
 
+namespace {
+
+struct Args {
+    std::string impl;
+    std::string property;
+    bool thorough = false;
+    int restarts = 8, steps = 150;
+    std::uint64_t seed = 1;
+    bool save = false;
+    std::string case_config;
+    std::vector<std::string> replay;
+};
+
+}  // namespace
+
 #ifdef ATTN_HAVE_SUITE
 namespace {
 
@@ -56,20 +71,79 @@ int replay_files(const std::vector<std::string>& paths) {
     return failed == 0 ? 0 : 1;
 }
 
+std::string cases_dir() { return std::string(ATTN_SOURCE_DIR) + "/regressions/cases"; }
+
+std::vector<const suite::Implementation*> selected(const Args& args) {
+    return args.impl.empty() ? suite::correct_implementations()
+                             : std::vector<const suite::Implementation*>{&suite::implementation(args.impl)};
+}
+
+// `attn properties`: every (selected) property against every (selected) implementation, both dtypes.
+int run_properties(const Args& args, suite::RunSettings settings) {
+    using namespace attn::suite;
+    settings.regressions_dir = cases_dir();
+    int failed = 0, runs = 0;
+    for (const Implementation* impl : selected(args))
+        for (const Property& p : properties()) {
+            if (!args.property.empty() && p.name != args.property) continue;
+            if (!p.applies(*impl)) continue;
+            for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
+                RunSettings s = settings;
+                // A mutant failing is no regression: its case goes to the build directory.
+                if (impl->is_mutant) s.regressions_dir = std::string(ATTN_BINARY_DIR) + "/property-failures";
+                const RunOutcome o = run_property(p, *impl, dtype, s);
+                ++runs;
+                failed += !o.passed;
+                std::printf("%-48s %-9s %-6s %-4s %6d cases %7.2f s  %s\n", p.name.c_str(), impl->name.c_str(),
+                            to_string(dtype), o.passed ? "ok" : "FAIL", o.cases, o.seconds, o.message.c_str());
+                if (!o.reproduce.empty()) std::printf("    reproduce: %s\n", o.reproduce.c_str());
+                std::fflush(stdout);
+            }
+        }
+    std::printf("\nproperties: %d of %d runs passed\n", runs - failed, runs);
+    return failed == 0 ? 0 : 1;
+}
+
+// `attn mutants`: the mutant table; 1 when a mutant survives.
+int run_mutants(const suite::RunSettings& settings) {
+    const std::vector<suite::MutantRow> rows = suite::mutant_table(settings, &std::cout);
+    std::cout << "\n" << suite::format_mutant_table(rows);
+    for (const suite::MutantRow& r : rows)
+        if (!r.killed) return 1;
+    return 0;
+}
+
+// `attn search`: hill-climbing on error/bound; 1 when some input exceeds its bound.
+int run_search(const Args& args) {
+    using namespace attn::suite;
+    std::printf("| implementation | dtype | worst error/bound | evaluations | seconds | worst case |\n|---|---|---:|---:|---:|---|\n");
+    int violations = 0;
+    for (const Implementation* impl : selected(args))
+        for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
+            const SearchResult r = targeted_search(*impl, dtype, args.restarts, args.steps, args.seed);
+            violations += r.tightness > 1;
+            std::printf("| %s | %s | %.3g | %d | %.1f | %s |\n", impl->name.c_str(), to_string(dtype), r.tightness,
+                        r.evaluations, r.seconds, config_string(r.worst, impl->name).c_str());
+            if (args.save) {
+                CaseFile file;
+                file.sdpa = r.worst;
+                file.property = "matches_oracle_within_bound";
+                file.implementation = impl->name;
+                file.source = "targeted search (seed " + std::to_string(args.seed) + ")";
+                char note[160];
+                std::snprintf(note, sizeof note, "worst input found by hill-climbing on error/bound: %.3g", r.tightness);
+                file.note = note;
+                std::printf("    saved %s\n", write_case_file(file, cases_dir()).c_str());
+            }
+            std::fflush(stdout);
+        }
+    return violations == 0 ? 0 : 1;
+}
+
 }  // namespace
 #endif
 
 Action add_properties_commands(CLI::App& app) {
-    struct Args {
-        std::string impl;
-        std::string property;
-        bool thorough = false;
-        int restarts = 8, steps = 150;
-        std::uint64_t seed = 1;
-        bool save = false;
-        std::string case_config;
-        std::vector<std::string> replay;
-    };
     static Args args;
     auto* props = app.add_subcommand("properties", "Run every property against every correct implementation (or one)");
     props->add_option("--impl", args.impl, "Only this implementation (reference, tiled, mha, or a mutant)");
@@ -93,69 +167,13 @@ Action add_properties_commands(CLI::App& app) {
         std::cerr << "attn: this build has no property suite (it needs the oracle)\n";
         return 2;
 #else
-        using namespace attn::suite;
         if (props->parsed() && !args.case_config.empty()) return check_one_case(args.case_config, args.property);
         if (props->parsed() && !args.replay.empty()) return replay_files(args.replay);
-        RunSettings settings = settings_from_environment(args.thorough);
-        const std::string cases_dir = std::string(ATTN_SOURCE_DIR) + "/regressions/cases";
+        if (search->parsed()) return run_search(args);
+        const suite::RunSettings settings = suite::settings_from_environment(args.thorough);
         std::cout << "RapidCheck seed " << settings.seed << " (reproduce with RC_PARAMS=\"seed=" << settings.seed
                   << "\"), " << settings.cases << " cases per property and dtype\n";
-        if (props->parsed()) {
-            settings.regressions_dir = cases_dir;
-            std::vector<const Implementation*> impls =
-                args.impl.empty() ? correct_implementations() : std::vector<const Implementation*>{&implementation(args.impl)};
-            int failed = 0, runs = 0;
-            for (const Implementation* impl : impls)
-                for (const Property& p : properties()) {
-                    if (!args.property.empty() && p.name != args.property) continue;
-                    if (!p.applies(*impl)) continue;
-                    for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
-                        RunSettings s = settings;
-                        // A mutant failing is no regression: its case goes to the build directory.
-                        if (impl->is_mutant) s.regressions_dir = std::string(ATTN_BINARY_DIR) + "/property-failures";
-                        const RunOutcome o = run_property(p, *impl, dtype, s);
-                        ++runs;
-                        failed += !o.passed;
-                        std::printf("%-48s %-9s %-6s %-4s %6d cases %7.2f s  %s\n", p.name.c_str(), impl->name.c_str(),
-                                    to_string(dtype), o.passed ? "ok" : "FAIL", o.cases, o.seconds, o.message.c_str());
-                        if (!o.reproduce.empty()) std::printf("    reproduce: %s\n", o.reproduce.c_str());
-                        std::fflush(stdout);
-                    }
-                }
-            std::printf("\nproperties: %d of %d runs passed\n", runs - failed, runs);
-            return failed == 0 ? 0 : 1;
-        }
-        if (muts->parsed()) {
-            const std::vector<MutantRow> rows = mutant_table(settings, &std::cout);
-            std::cout << "\n" << format_mutant_table(rows);
-            for (const MutantRow& r : rows)
-                if (!r.killed) return 1;
-            return 0;
-        }
-        std::vector<const Implementation*> impls =
-            args.impl.empty() ? correct_implementations() : std::vector<const Implementation*>{&implementation(args.impl)};
-        std::printf("| implementation | dtype | worst error/bound | evaluations | seconds | worst case |\n|---|---|---:|---:|---:|---|\n");
-        int violations = 0;
-        for (const Implementation* impl : impls)
-            for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
-                const SearchResult r = targeted_search(*impl, dtype, args.restarts, args.steps, args.seed);
-                violations += r.tightness > 1;
-                std::printf("| %s | %s | %.3g | %d | %.1f | %s |\n", impl->name.c_str(), to_string(dtype), r.tightness,
-                            r.evaluations, r.seconds, config_string(r.worst, impl->name).c_str());
-                if (args.save) {
-                    CaseFile file;
-                    file.sdpa = r.worst;
-                    file.property = "matches_oracle_within_bound";
-                    file.implementation = impl->name;
-                    file.source = "targeted search (seed " + std::to_string(args.seed) + ")";
-                    char note[160];
-                    std::snprintf(note, sizeof note, "worst input found by hill-climbing on error/bound: %.3g", r.tightness);
-                    file.note = note;
-                    std::printf("    saved %s\n", write_case_file(file, cases_dir).c_str());
-                }
-                std::fflush(stdout);
-            }
-        return violations == 0 ? 0 : 1;
+        return props->parsed() ? run_properties(args, settings) : run_mutants(settings);
 #endif
     };
 }

@@ -457,6 +457,103 @@ std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid, 
 
 // ---- the command ----------------------------------------------------------------------------------------------
 
+namespace {
+
+// Step 1: the baseline of this fingerprint (its path, whether it exists and what it records, into run.drift), read
+// before anything is written; its rows, or none.
+std::vector<Row> read_baseline(const ReportOptions& options, const std::string& baseline_path, ReportRun& run) {
+    std::vector<Row> baseline;
+    run.drift.fingerprint = run.fingerprint.id();
+    run.drift.baseline_path = shown_path(baseline_path, options.project_root);
+    std::error_code ec;
+    run.drift.baseline_found = !baseline_path.empty() && fs::exists(baseline_path, ec);
+    if (run.drift.baseline_found)
+        baseline = read_accuracy_json(baseline_path, &run.drift.baseline_grid, &run.drift.baseline_fingerprint);
+    return baseline;
+}
+
+// Step 6: the document, section by section.
+Document make_document(const ReportOptions& options, const ReportRun& run, const Plots& plots,
+                       const std::optional<std::vector<suite::MutantRow>>& table, const std::vector<Row>& mutant_rows,
+                       const std::vector<const suite::Implementation*>& mutants) {
+    Document doc{"attn accuracy report", {}};
+    doc.sections.push_back(summary_section(options, run.rows, run.summaries));
+    doc.sections.push_back(machine_section(run.fingerprint));
+    doc.sections.push_back(drift_section(run.drift, record_command(options)));
+    doc.sections.push_back(failures_section(run.rows));
+    doc.sections.push_back(plots_section(plots, options.plots));
+    doc.sections.push_back(mutants_section(table, mutant_rows, mutants, options.mutant_sweep));
+    doc.sections.push_back(fuzzing_section(options.artifact_dirs));
+    doc.sections.push_back(artifact_section(
+        "Benchmarks", "bench.json",
+        "Figures of the last `attn bench --json` run (Google Benchmark underneath): time, GFLOP/s and % of gemm "
+        "peak, as ratios within that one run.",
+        "`attn bench --json` leaves it", options.artifact_dirs));
+    doc.sections.push_back(rows_section(run.rows, run.summaries));
+    doc.sections.push_back(reading_section());
+
+    return doc;
+}
+
+// Step 8: the plain log (summaries, every failed and regressed row with its reproduction, what was written); the
+// exit code --check asks for.
+int write_log(const ReportOptions& options, const ReportRun& run, const fs::path& out_dir, const fs::path& json_path,
+              const std::string& baseline_path, const Plots& plots, std::ostream& log) {
+    const std::string fingerprint = run.fingerprint.id();
+    // 8. The log.
+    log << "\n";
+    char line[512];
+    std::snprintf(line, sizeof line, "%-12s %-7s %5s %10s %10s %10s %10s %10s %6s\n", "impl", "dtype", "rows",
+                  "max_ulp", "p99_ulp", "max_rel", "med_tight", "max_tight", "viol");
+    log << line;
+    for (const Summary& s : run.summaries) {
+        std::snprintf(line, sizeof line, "%-12s %-7s %5lld %10.3g %10.3g %10.2e %10.2g %10.2g %6lld%s\n",
+                      s.impl.c_str(), to_string(s.dtype), static_cast<long long>(s.rows), s.max_ulp, s.max_p99_ulp,
+                      s.max_rel, s.median_tightness, s.max_tightness, static_cast<long long>(s.violations),
+                      s.failed_rows ? "  FAILED ROWS" : "");
+        log << line;
+    }
+    Index failed = 0;
+    for (const Row& r : run.rows)
+        if (r.failed()) {
+            ++failed;
+            log << "FAILED " << r.config << ": "
+                << (r.error.empty() ? std::to_string(r.violations) + " elements above their bound, worst " +
+                                          index_string(r.worst_index)
+                                    : r.error)
+                << "\n  reproduce: " << reproduce_command(options, r.config) << "\n";
+        }
+    if (!run.drift.checked) {
+        log << not_checked_line(run.drift, record_command(options), false) << "\n";
+    } else {
+        log << "drift: " << run.drift.compared << " rows compared with " << run.drift.baseline_path
+            << " (fingerprint " << fingerprint << ", "
+            << run.drift.identical_rows << " identical), " << run.drift.regressions.size() << " regressed\n";
+        for (const RowDrift& d : run.drift.regressions)
+            log << "REGRESSED " << d.config << ": " << d.reason << "\n  reproduce: " << reproduce_command(options, d.config)
+                << "\n";
+    }
+    log << "wrote " << (out_dir / "accuracy.md").string() << ", " << (out_dir / "index.html").string() << ", "
+        << json_path.string() << ", " << plots.plots.size() << " plots\n";
+    for (const std::string& p : plots.problems) log << "warning: " << p << "\n";
+    if (options.update_baseline && !baseline_path.empty())
+        log << "baseline for fingerprint " << fingerprint << " written: " << baseline_path << "\n";
+
+    if (options.check && (failed > 0 || !run.drift.regressions.empty())) {
+        log << "attn report --check: FAILED (" << failed << " failed rows, " << run.drift.regressions.size()
+            << " regressions)\n";
+        return 1;
+    } else if (options.check) {
+        log << "attn report --check: passed (every row within its bound; "
+            << (run.drift.checked ? std::to_string(run.drift.compared) + " rows compared, none regressed"
+                                  : std::string("drift not checked"))
+            << ")\n";
+    }
+    return 0;
+}
+
+}  // namespace
+
 ReportRun run_report(const ReportOptions& options, const std::vector<const suite::Implementation*>& impls,
                      const std::vector<const suite::Implementation*>& mutants, std::ostream& log) {
     if (impls.empty()) throw ConfigError("report: no implementation to measure");
@@ -470,13 +567,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
         !options.baseline_path.empty() ? options.baseline_path
         : options.baselines_dir.empty() ? std::string()
                                         : baseline_file(options.baselines_dir, fingerprint);
-    std::vector<Row> baseline;
-    run.drift.fingerprint = fingerprint;
-    run.drift.baseline_path = shown_path(baseline_path, options.project_root);
-    std::error_code ec;
-    run.drift.baseline_found = !baseline_path.empty() && fs::exists(baseline_path, ec);
-    if (run.drift.baseline_found)
-        baseline = read_accuracy_json(baseline_path, &run.drift.baseline_grid, &run.drift.baseline_fingerprint);
+    std::vector<Row> baseline = read_baseline(options, baseline_path, run);
     // Another fingerprint rounds differently within the same bounds: its rows say nothing about drift here.
     const bool comparable = run.drift.baseline_found && run.drift.baseline_fingerprint == fingerprint;
 
@@ -528,21 +619,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     fs::create_directories(out_dir);
     Plots plots;
     if (options.plots) plots = make_plots(run.rows, out_dir.string());
-    Document doc{"attn accuracy report", {}};
-    doc.sections.push_back(summary_section(options, run.rows, run.summaries));
-    doc.sections.push_back(machine_section(run.fingerprint));
-    doc.sections.push_back(drift_section(run.drift, record_command(options)));
-    doc.sections.push_back(failures_section(run.rows));
-    doc.sections.push_back(plots_section(plots, options.plots));
-    doc.sections.push_back(mutants_section(table, mutant_rows, mutants, options.mutant_sweep));
-    doc.sections.push_back(fuzzing_section(options.artifact_dirs));
-    doc.sections.push_back(artifact_section(
-        "Benchmarks", "bench.json",
-        "Figures of the last `attn bench --json` run (Google Benchmark underneath): time, GFLOP/s and % of gemm "
-        "peak, as ratios within that one run.",
-        "`attn bench --json` leaves it", options.artifact_dirs));
-    doc.sections.push_back(rows_section(run.rows, run.summaries));
-    doc.sections.push_back(reading_section());
+    const Document doc = make_document(options, run, plots, table, mutant_rows, mutants);
 
     // 7. Files. The run's JSON is the latest report; it never silently replaces a baseline: without
     // --update-baseline it goes next to it as accuracy.new.json when --baseline names the output's accuracy.json.
@@ -556,54 +633,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     write_text(out_dir / "index.html", render_html(doc, out_dir.string()));
 
     // 8. The log.
-    log << "\n";
-    char line[512];
-    std::snprintf(line, sizeof line, "%-12s %-7s %5s %10s %10s %10s %10s %10s %6s\n", "impl", "dtype", "rows",
-                  "max_ulp", "p99_ulp", "max_rel", "med_tight", "max_tight", "viol");
-    log << line;
-    for (const Summary& s : run.summaries) {
-        std::snprintf(line, sizeof line, "%-12s %-7s %5lld %10.3g %10.3g %10.2e %10.2g %10.2g %6lld%s\n",
-                      s.impl.c_str(), to_string(s.dtype), static_cast<long long>(s.rows), s.max_ulp, s.max_p99_ulp,
-                      s.max_rel, s.median_tightness, s.max_tightness, static_cast<long long>(s.violations),
-                      s.failed_rows ? "  FAILED ROWS" : "");
-        log << line;
-    }
-    Index failed = 0;
-    for (const Row& r : run.rows)
-        if (r.failed()) {
-            ++failed;
-            log << "FAILED " << r.config << ": "
-                << (r.error.empty() ? std::to_string(r.violations) + " elements above their bound, worst " +
-                                          index_string(r.worst_index)
-                                    : r.error)
-                << "\n  reproduce: " << reproduce_command(options, r.config) << "\n";
-        }
-    if (!run.drift.checked) {
-        log << not_checked_line(run.drift, record_command(options), false) << "\n";
-    } else {
-        log << "drift: " << run.drift.compared << " rows compared with " << run.drift.baseline_path
-            << " (fingerprint " << fingerprint << ", "
-            << run.drift.identical_rows << " identical), " << run.drift.regressions.size() << " regressed\n";
-        for (const RowDrift& d : run.drift.regressions)
-            log << "REGRESSED " << d.config << ": " << d.reason << "\n  reproduce: " << reproduce_command(options, d.config)
-                << "\n";
-    }
-    log << "wrote " << (out_dir / "accuracy.md").string() << ", " << (out_dir / "index.html").string() << ", "
-        << json_path.string() << ", " << plots.plots.size() << " plots\n";
-    for (const std::string& p : plots.problems) log << "warning: " << p << "\n";
-    if (options.update_baseline && !baseline_path.empty())
-        log << "baseline for fingerprint " << fingerprint << " written: " << baseline_path << "\n";
-
-    if (options.check && (failed > 0 || !run.drift.regressions.empty())) {
-        log << "attn report --check: FAILED (" << failed << " failed rows, " << run.drift.regressions.size()
-            << " regressions)\n";
-        run.exit_code = 1;
-    } else if (options.check) {
-        log << "attn report --check: passed (every row within its bound; "
-            << (run.drift.checked ? std::to_string(run.drift.compared) + " rows compared, none regressed"
-                                  : std::string("drift not checked"))
-            << ")\n";
-    }
+    run.exit_code = write_log(options, run, out_dir, json_path, baseline_path, plots, log);
     return run;
 }
 
