@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/detail/splitmix64.hpp"
 #include "backends.hpp"
 #include "gemm.hpp"
 
@@ -15,19 +16,14 @@ namespace {
 
 std::string str(Index n) { return std::to_string(n); }
 
-// splitmix64 (Steele, Lea, Flood 2014): the finaliser is a bijection with good avalanche, so hashing a counter
-// gives independent-looking draws that do not depend on evaluation order or thread count.
-std::uint64_t mix64(std::uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-std::uint64_t splitmix64_next(std::uint64_t& state) { return mix64(state += 0x9e3779b97f4a7c15ULL); }
-double unit_uniform(std::uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }  // [0, 1)
+using detail::splitmix64_mix;
+using detail::splitmix64_next;
+using detail::unit_uniform;
 
 // Whether dropout keeps attention weight `index` (flat over (B, H, Tq, Tk)) at draw `step`.
 bool dropout_keeps(const MhaDropout& dropout, std::uint64_t step, Index index) {
-    const std::uint64_t h = mix64(mix64(mix64(dropout.seed) ^ step) ^ static_cast<std::uint64_t>(index));
+    const std::uint64_t h =
+        splitmix64_mix(splitmix64_mix(splitmix64_mix(dropout.seed) ^ step) ^ static_cast<std::uint64_t>(index));
     return unit_uniform(h) >= dropout.p;
 }
 
