@@ -1,5 +1,5 @@
 // Validation and resolution of one SDPA call: the contracts every backend and the oracle share.
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 
 #include <algorithm>
 #include <cmath>

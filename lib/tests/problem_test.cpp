@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 #include "error_message.hpp"
 
 using namespace attn;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "attn/oracle/oracle.hpp"
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 
 namespace attn::oracle::detail {
 

@@ -11,7 +11,7 @@
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
 #include "attn/oracle/sweep.hpp"
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 
 using attn::Index;
 using attn::Shape;

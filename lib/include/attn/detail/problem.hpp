@@ -1,5 +1,6 @@
-// attn/problem.hpp: one SDPA call validated and resolved (shapes, broadcasting, masks, readable positions).
-// Shared by every backend and by the oracle, so all of them apply the same contracts.
+// attn/detail/problem.hpp: internal, no stability promise (not part of attn/attn.hpp). One SDPA call validated and
+// resolved (shapes, broadcasting, masks, readable positions). Shared by every backend and by the oracle, so all of
+// them apply the same contracts.
 #pragma once
 
 #include <optional>
