@@ -50,14 +50,16 @@ HeadMasks resolve_masks(const std::string& function, const std::string& input_sh
     return m;
 }
 
+namespace {
+
+// split -> SDPA over (B, H): out (B, H, Tq, Dv) and weights (B, H, Tq, Tk) when asked, both contiguous.
+// Heads are views: h = g*R + r with R = H/G, so q reads as (B, G, R, Tq, Dk) and k as (B, G, 1, Tk, Dk) with a
+// stride-0 R dim: every query head of group g reads kv head g = h / R, and no K/V head is ever copied.
 template <class T>
-MhaResult<T> attend_heads(const std::string& function, TensorView<const T> q, TensorView<const T> k,
-                          TensorView<const T> v, Index H, Index G, const HeadMasks& masks,
-                          const HeadReadability& readable, const MhaOptions& options, const MhaDropout& dropout) {
+SdpaResult<T> attend_split_heads(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v, Index H, Index G,
+                                 const HeadMasks& masks, const MhaOptions& options, bool return_weights) {
     const Index B = q.dim(0), Tq = q.dim(1), Tk = k.dim(1), R = H / G;
     const Index Dk = H > 0 ? q.dim(2) / H : 0, Dv = G > 0 ? v.dim(2) / G : 0;
-    const bool apply_dropout = options.training && dropout.p > 0.0;
-
     // split: (B, Tq, H*Dk) -> (B, Tq, G, R, Dk) -> transpose -> (B, G, R, Tq, Dk), strides only.
     const TensorView<const T> q5(q.data(), {B, G, R, Tq, Dk},
                                  {q.stride(0), R * Dk * q.stride(2), Dk * q.stride(2), q.stride(1), q.stride(2)});
@@ -71,81 +73,103 @@ MhaResult<T> attend_heads(const std::string& function, TensorView<const T> q, Te
         mask5 = TensorView<const bool>(m.data(), {B, G, R, Tq, Tk},
                                        {m.stride(0), R * m.stride(1), m.stride(1), m.stride(2), m.stride(3)});
     }
-
     SdpaOptions sdpa;
     sdpa.scale = options.scale;  // default 1/sqrt(Dk), SDPA's
     sdpa.is_causal = options.is_causal;
     sdpa.alignment = options.alignment;
     sdpa.empty_rows = options.empty_rows;
     sdpa.check_finite = options.check_finite;
-    sdpa.return_weights = apply_dropout || options.weights != MhaWeights::None;
+    sdpa.return_weights = return_weights;
     sdpa.backend = options.backend;
     sdpa.num_threads = options.num_threads;
     // out (B, G, R, Tq, Dv) and weights (B, G, R, Tq, Tk): contiguous, i.e. (B, H, Tq, Dv) and (B, H, Tq, Tk).
-    SdpaResult<T> attended = scaled_dot_product_attention(q5, k5, v5, mask5, sdpa);
+    return scaled_dot_product_attention(q5, k5, v5, mask5, sdpa);
+}
 
-    MhaResult<T> result{Tensor<T>({B, Tq, H * Dv}), std::nullopt};
-    T* context = result.output.data();  // (B, Tq, H*Dv)
-    if (!apply_dropout) {
-        // merge: (B, H, Tq, Dv) -> transpose -> (B, Tq, H, Dv) -> (B, Tq, H*Dv), the concatenation of the heads.
-        const T* out = attended.output.data();
-        for (Index b = 0; b < B; ++b)
-            for (Index h = 0; h < H; ++h)
-                for (Index i = 0; i < Tq; ++i)
-                    std::copy_n(out + ((b * H + h) * Tq + i) * Dv, Dv, context + (b * Tq + i) * H * Dv + h * Dv);
-    } else {
-        // Dropout on the weights (B, H, Tq, Tk), kept ones rescaled by 1/(1-p); then context = weights @ v per head,
-        // written straight into the merged (B, Tq, H*Dv) layout. NaN * 0 stays NaN, as in PyTorch's dropout.
-        T* weights = attended.weights->data();
-        const T keep_scale = static_cast<T>(1.0 / (1.0 - dropout.p));
-        detail::parallel_for(B * H, detail::thread_count(options.num_threads), [&](Index bh) {
-            const Index b = bh / H, h = bh % H, g = h / R;
-            T* w = weights + bh * Tq * Tk;  // (Tq, Tk)
-            for (Index f = 0; f < Tq * Tk; ++f)
-                w[f] *= dropout_keeps(dropout, options.dropout_step, bh * Tq * Tk + f) ? keep_scale : T(0);
-            // Only readable keys enter the product: a padding value times weight 0 would still be NaN if it is NaN.
-            std::vector<Index> keys;
-            for (Index j = 0; j < Tk; ++j)
-                if (readable.readable(b, h, j)) keys.push_back(j);
-            const Index n = static_cast<Index>(keys.size());
-            std::vector<T> wc(static_cast<std::size_t>(Tq * n)), vc(static_cast<std::size_t>(n * Dv));  // (Tq, n), (n, Dv)
+// merge: out (B, H, Tq, Dv) -> transpose -> (B, Tq, H, Dv) -> context (B, Tq, H*Dv), the concatenation of the heads.
+template <class T>
+void merge_heads(const T* out, Index B, Index H, Index Tq, Index Dv, T* context) {
+    for (Index b = 0; b < B; ++b)
+        for (Index h = 0; h < H; ++h)
             for (Index i = 0; i < Tq; ++i)
-                for (Index c = 0; c < n; ++c) wc[static_cast<std::size_t>(i * n + c)] = w[i * Tk + keys[c]];
-            for (Index c = 0; c < n; ++c)
-                for (Index d = 0; d < Dv; ++d)
-                    vc[static_cast<std::size_t>(c * Dv + d)] =
-                        v.data()[b * v.stride(0) + keys[c] * v.stride(1) + (g * Dv + d) * v.stride(2)];
-            T* ctx = context + b * Tq * H * Dv + h * Dv;  // (Tq, Dv) with row stride H*Dv
-            // ctx (Tq, Dv) = wc (Tq, n) @ vc (n, Dv)
-            if (n > 0)
-                detail::gemm<T>(false, false, Tq, Dv, n, T(1), wc.data(), n, 1, vc.data(), Dv, 1, T(0), ctx, H * Dv, 1);
-            for (Index i = 0; i < Tq; ++i) {
-                if (!readable.nonempty(b, h, i)) {
-                    detail::write_empty_row<T>(options.empty_rows, ctx + i * H * Dv, Dv, nullptr, 0);
-                } else if (options.check_finite) {
-                    for (Index d = 0; d < Dv; ++d)
-                        if (!std::isfinite(ctx[i * H * Dv + d]))
-                            detail::throw_overflow(function, "the output (dropped-out weights @ v)",
-                                                   "[" + str(b) + "," + str(h) + "]", i);
-                }
-            }
-        });
-    }
+                std::copy_n(out + ((b * H + h) * Tq + i) * Dv, Dv, context + (b * Tq + i) * H * Dv + h * Dv);
+}
 
-    if (options.weights == MhaWeights::PerHead) {
-        result.weights = std::move(*attended.weights).reshaped({B, H, Tq, Tk});
-    } else if (options.weights == MhaWeights::HeadAverage) {
-        // average: (B, H, Tq, Tk) -> (B, Tq, Tk), sum over heads in order then divide by H.
-        Tensor<T> average({B, Tq, Tk});
-        const T* w = attended.weights->data();
-        for (Index b = 0; b < B; ++b)
-            for (Index f = 0; f < Tq * Tk; ++f) {
-                T sum = 0;
-                for (Index h = 0; h < H; ++h) sum += w[(b * H + h) * Tq * Tk + f];
-                average[b * Tq * Tk + f] = sum / static_cast<T>(H);
+// Dropout on the weights (B, H, Tq, Tk) in place, kept ones rescaled by 1/(1-p); then context = weights @ v per head,
+// written straight into the merged (B, Tq, H*Dv) layout. NaN * 0 stays NaN, as in PyTorch's dropout.
+template <class T>
+void dropout_context(const std::string& function, T* weights, TensorView<const T> v, Index H, Index G, Index Tq,
+                     const HeadReadability& readable, const MhaOptions& options, const MhaDropout& dropout,
+                     T* context) {
+    const Index B = v.dim(0), Tk = v.dim(1), R = H / G, Dv = G > 0 ? v.dim(2) / G : 0;
+    const T keep_scale = static_cast<T>(1.0 / (1.0 - dropout.p));
+    detail::parallel_for(B * H, detail::thread_count(options.num_threads), [&](Index bh) {
+        const Index b = bh / H, h = bh % H, g = h / R;
+        T* w = weights + bh * Tq * Tk;  // (Tq, Tk)
+        for (Index f = 0; f < Tq * Tk; ++f)
+            w[f] *= dropout_keeps(dropout, options.dropout_step, bh * Tq * Tk + f) ? keep_scale : T(0);
+        // Only readable keys enter the product: a padding value times weight 0 would still be NaN if it is NaN.
+        std::vector<Index> keys;
+        for (Index j = 0; j < Tk; ++j)
+            if (readable.readable(b, h, j)) keys.push_back(j);
+        const Index n = static_cast<Index>(keys.size());
+        std::vector<T> wc(static_cast<std::size_t>(Tq * n)), vc(static_cast<std::size_t>(n * Dv));  // (Tq, n), (n, Dv)
+        for (Index i = 0; i < Tq; ++i)
+            for (Index c = 0; c < n; ++c) wc[static_cast<std::size_t>(i * n + c)] = w[i * Tk + keys[c]];
+        for (Index c = 0; c < n; ++c)
+            for (Index d = 0; d < Dv; ++d)
+                vc[static_cast<std::size_t>(c * Dv + d)] =
+                    v.data()[b * v.stride(0) + keys[c] * v.stride(1) + (g * Dv + d) * v.stride(2)];
+        T* ctx = context + b * Tq * H * Dv + h * Dv;  // (Tq, Dv) with row stride H*Dv
+        // ctx (Tq, Dv) = wc (Tq, n) @ vc (n, Dv)
+        if (n > 0)
+            detail::gemm<T>(false, false, Tq, Dv, n, T(1), wc.data(), n, 1, vc.data(), Dv, 1, T(0), ctx, H * Dv, 1);
+        for (Index i = 0; i < Tq; ++i) {
+            if (!readable.nonempty(b, h, i)) {
+                detail::write_empty_row<T>(options.empty_rows, ctx + i * H * Dv, Dv, nullptr, 0);
+            } else if (options.check_finite) {
+                for (Index d = 0; d < Dv; ++d)
+                    if (!std::isfinite(ctx[i * H * Dv + d]))
+                        detail::throw_overflow(function, "the output (dropped-out weights @ v)",
+                                               "[" + str(b) + "," + str(h) + "]", i);
             }
-        result.weights = std::move(average);
-    }
+        }
+    });
+}
+
+// average: weights (B, H, Tq, Tk) -> (B, Tq, Tk), sum over heads in order then divide by H.
+template <class T>
+Tensor<T> average_over_heads(const T* w, Index B, Index H, Index Tq, Index Tk) {
+    Tensor<T> average({B, Tq, Tk});
+    for (Index b = 0; b < B; ++b)
+        for (Index f = 0; f < Tq * Tk; ++f) {
+            T sum = 0;
+            for (Index h = 0; h < H; ++h) sum += w[(b * H + h) * Tq * Tk + f];
+            average[b * Tq * Tk + f] = sum / static_cast<T>(H);
+        }
+    return average;
+}
+
+}  // namespace
+
+template <class T>
+MhaResult<T> attend_heads(const std::string& function, TensorView<const T> q, TensorView<const T> k,
+                          TensorView<const T> v, Index H, Index G, const HeadMasks& masks,
+                          const HeadReadability& readable, const MhaOptions& options, const MhaDropout& dropout) {
+    const Index B = q.dim(0), Tq = q.dim(1), Tk = k.dim(1), Dv = G > 0 ? v.dim(2) / G : 0;
+    const bool apply_dropout = options.training && dropout.p > 0.0;
+    SdpaResult<T> attended =
+        attend_split_heads(q, k, v, H, G, masks, options, apply_dropout || options.weights != MhaWeights::None);
+    MhaResult<T> result{Tensor<T>({B, Tq, H * Dv}), std::nullopt};
+    if (!apply_dropout)
+        merge_heads(attended.output.data(), B, H, Tq, Dv, result.output.data());
+    else
+        dropout_context(function, attended.weights->data(), v, H, G, Tq, readable, options, dropout,
+                        result.output.data());
+    if (options.weights == MhaWeights::PerHead)
+        result.weights = std::move(*attended.weights).reshaped({B, H, Tq, Tk});
+    else if (options.weights == MhaWeights::HeadAverage)
+        result.weights = average_over_heads(attended.weights->data(), B, H, Tq, Tk);
     return result;
 }
 
