@@ -1,4 +1,6 @@
 // fuzz/candidate.hpp: which attention implementation a fuzz target checks, and the oracle comparison for small cases.
+// It does not use the library's contract module (attn/detail/problem.hpp), on purpose: what a target expects comes
+// from the independent model in decode.hpp, so a contract bug cannot hide in both.
 //
 // By default the targets check the library (attn::scaled_dot_product_attention). When the implementation registry
 // is linked (ATTN_FUZZ_HAVE_SUITE), ATTN_FUZZ_IMPL=<name> selects any registered implementation instead, which is

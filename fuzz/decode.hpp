@@ -1,5 +1,6 @@
 // fuzz/decode.hpp: the one decoder every fuzz target shares (bytes -> shapes, strided views, masks, values, options)
-// plus the independent model the targets check the library against.
+// plus the independent model the targets check the library against. The model is independent of the library's
+// contract module (attn/detail/problem.hpp) on purpose, so a contract bug cannot hide in both.
 //
 // Layout of an input: FuzzedDataProvider hands out structure (shapes, layouts, options, mask bits) first and
 // values last, so a mutation of the structure does not shift every value. An exhausted input decodes to zeros,

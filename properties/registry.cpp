@@ -1,6 +1,7 @@
 // The implementation registry: the library's backends and paths by name, then the mutants.
 #include "attn/suite/registry.hpp"
 
+#include "attn/detail/mha_sdpa_path.hpp"
 #include "attn/error.hpp"
 #include "attn/mha.hpp"
 #include "attn/tiled.hpp"
@@ -51,7 +52,7 @@ template <class T>
 SdpaResult<T> run_mha_path(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                            std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
     if (m) m = merge_dims_1_2(*m, "allowed_mask");
-    return mha_sdpa_path(merge_dims_1_2(q, "q"), merge_dims_1_2(k, "k"), merge_dims_1_2(v, "v"), m, o);
+    return detail::mha_sdpa_path(merge_dims_1_2(q, "q"), merge_dims_1_2(k, "k"), merge_dims_1_2(v, "v"), m, o);
 }
 
 std::vector<Implementation> build() {

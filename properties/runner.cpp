@@ -13,7 +13,7 @@
 #include <rapidcheck/detail/Results.h>
 #include <rapidcheck/detail/TestListener.h>
 
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 #include "attn/suite/property.hpp"
 #include "checks.hpp"
 

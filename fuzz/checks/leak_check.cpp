@@ -11,6 +11,7 @@
 #include <random>
 
 #include "attn/attn.hpp"
+#include "attn/detail/mha_sdpa_path.hpp"
 
 using namespace attn;
 
@@ -51,7 +52,7 @@ int main() {
                 options.num_threads = threads;
                 options.is_causal = true;
                 const std::size_t bytes = growth(calls, [&] {
-                    const SdpaResult<float> r = module_path ? mha_sdpa_path(q.view(), k.view(), v.view(), std::nullopt, options)
+                    const SdpaResult<float> r = module_path ? detail::mha_sdpa_path(q.view(), k.view(), v.view(), std::nullopt, options)
                                                             : scaled_dot_product_attention(q.view(), k.view(), v.view(),
                                                                                            std::nullopt, options);
                     if (r.output.numel() != 2 * 3 * 5 * 4) std::abort();

@@ -9,6 +9,7 @@
 
 #include "../candidate.hpp"
 #include "../decode.hpp"
+#include "attn/detail/mha_sdpa_path.hpp"  // test glue, internal
 
 namespace attn::fuzz {
 namespace {
@@ -61,7 +62,7 @@ void run_head_path(FuzzedDataProvider& in) {
                        "," + describe(options) + ")";
 
     const Tensor<T> k_heads = expand_heads(k.view, B, H), v_heads = expand_heads(v.view, B, H);
-    const auto path = attempt<SdpaResult<T>>([&] { return mha_sdpa_path(q.view, k.view, v.view, allowed_mask, options); });
+    const auto path = attempt<SdpaResult<T>>([&] { return detail::mha_sdpa_path(q.view, k.view, v.view, allowed_mask, options); });
     const auto split = attempt<SdpaResult<T>>(
         [&] { return scaled_dot_product_attention(q.view, k_heads.view(), v_heads.view(), allowed_mask, options); });
     same_outcome(path, split, "head path vs SDPA over (B, H) with kv heads expanded");

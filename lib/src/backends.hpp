@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 
 namespace attn::detail {
 

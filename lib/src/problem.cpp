@@ -1,8 +1,11 @@
-// Validation and resolution of one SDPA call: the contracts every backend and the oracle share.
-#include "attn/problem.hpp"
+// The contract module: validation and resolution of one SDPA call, and the same contracts per (batch, head) for the
+// MHA module (mask views, readability, empty rows, finite checks). Every backend, the module and the oracle use it.
+#include "attn/detail/problem.hpp"
 
 #include <algorithm>
 #include <cmath>
+
+#include "attn/mha.hpp"
 
 namespace attn {
 
@@ -31,7 +34,134 @@ bool finite(T x) {
     return std::isfinite(x);
 }
 
+std::string str(Index n) { return std::to_string(n); }
+
 }  // namespace
+
+// ------------------------------------------------------------------------------------ the predicates, one message each
+
+namespace detail {
+
+void check_qkv_shapes(const std::string& function, const Shape& q, const Shape& k, const Shape& v,
+                      const std::string& shapes) {
+    if (q.size() < 2 || k.size() < 2 || v.size() < 2)
+        throw ShapeError(function + ": q, k and v need rank >= 2 (..., T, D)" + shapes);
+    const Index Dk = q.back(), Tk = k[k.size() - 2];
+    if (k.back() != Dk) throw ShapeError(function + ": q has Dk=" + str(Dk) + " but k has Dk=" + str(k.back()) + shapes);
+    if (v[v.size() - 2] != Tk)
+        throw ShapeError(function + ": k has Tk=" + str(Tk) + " but v has Tk=" + str(v[v.size() - 2]) + shapes);
+}
+
+Shape broadcast_batch_shapes(const std::string& function, const Shape& q_batch, const Shape& k_batch,
+                             const Shape& v_batch, const std::string& shapes) {
+    try {
+        return broadcast_shapes(broadcast_shapes(q_batch, k_batch, function, "q", "k"), v_batch, function, "q/k", "v");
+    } catch (const ShapeError&) {
+        throw ShapeError(function + ": batch dims of q, k and v do not broadcast" + shapes);
+    }
+}
+
+TensorView<const bool> broadcast_mask_to_scores(const std::string& function, TensorView<const bool> allowed_mask,
+                                                const Shape& target, const std::string& shapes) {
+    if (allowed_mask.rank() > static_cast<Index>(target.size()))
+        throw ShapeError(function + ": allowed_mask " + to_string(allowed_mask.shape()) +
+                         " has more dims than the scores " + to_string(target) + shapes);
+    try {
+        return broadcast_allowed_mask(allowed_mask, target, function);
+    } catch (const ShapeError&) {
+        throw ShapeError(function + ": allowed_mask " + to_string(allowed_mask.shape()) +
+                         " does not broadcast to the scores (batch..., Tq, Tk) = " + to_string(target) + shapes);
+    }
+}
+
+template <class T>
+void check_scale_and_threads(const std::string& function, std::optional<double> scale, int num_threads,
+                             const std::string& shapes) {
+    if (scale && (!std::isfinite(*scale) || !std::isfinite(static_cast<T>(*scale))))
+        throw ConfigError(function + ": scale must be finite in the input dtype, got " + std::to_string(*scale) + shapes);
+    if (num_threads < 0)
+        throw ConfigError(function + ": num_threads must be >= 0, got " + std::to_string(num_threads) + shapes);
+}
+template void check_scale_and_threads<float>(const std::string&, std::optional<double>, int, const std::string&);
+template void check_scale_and_threads<double>(const std::string&, std::optional<double>, int, const std::string&);
+
+Index row_readability(const bool* allowed, Index row_stride, Index key_stride, Index Tq, Index Tk, bool is_causal,
+                      CausalAlignment alignment, char* rows, char* keys) {
+    std::fill_n(rows, Tq, 0);
+    std::fill_n(keys, Tk, 0);
+    Index first_empty = -1, readable_end = 0;  // without a mask the readable keys are [0, max over rows of end)
+    for (Index i = 0; i < Tq; ++i) {
+        const Index end = is_causal ? causal_end(i, Tq, Tk, alignment) : Tk;  // row i reads keys [0, end) at most
+        if (!allowed) {
+            rows[i] = end > 0;
+            readable_end = std::max(readable_end, end);
+        } else {
+            const bool* row = allowed + i * row_stride;
+            for (Index j = 0; j < end; ++j)
+                if (row[j * key_stride]) rows[i] = keys[j] = 1;
+        }
+        if (!rows[i] && first_empty < 0) first_empty = i;
+    }
+    if (!allowed) std::fill_n(keys, readable_end, 1);
+    return first_empty;
+}
+
+HeadReadability head_readability(const std::optional<TensorView<const bool>>& allowed, bool is_causal,
+                                 CausalAlignment alignment, Index B, Index H, Index Tq, Index Tk) {
+    HeadReadability r;
+    r.B = B, r.H = H, r.Tq = Tq, r.Tk = Tk;
+    r.row_nonempty.assign(static_cast<std::size_t>(B * H * Tq), 0);
+    r.key_readable.assign(static_cast<std::size_t>(B * H * Tk), 0);
+    const bool same_over_b = !allowed || allowed->stride(0) == 0, same_over_h = !allowed || allowed->stride(1) == 0;
+    for (Index b = 0; b < B; ++b) {
+        for (Index h = 0; h < H; ++h) {
+            char* rows = r.row_nonempty.data() + (b * H + h) * Tq;
+            char* keys = r.key_readable.data() + (b * H + h) * Tk;
+            if (b > 0 && same_over_b) {  // a mask broadcast over B (or none): copy batch element 0
+                std::copy_n(r.row_nonempty.data() + h * Tq, Tq, rows);
+                std::copy_n(r.key_readable.data() + h * Tk, Tk, keys);
+            } else if (h > 0 && same_over_h) {
+                std::copy_n(r.row_nonempty.data() + b * H * Tq, Tq, rows);
+                std::copy_n(r.key_readable.data() + b * H * Tk, Tk, keys);
+            } else if (allowed) {
+                const TensorView<const bool>& m = *allowed;
+                row_readability(m.data() + b * m.stride(0) + h * m.stride(1), m.stride(2), m.stride(3), Tq, Tk,
+                                is_causal, alignment, rows, keys);
+            } else {
+                row_readability(nullptr, 0, 0, Tq, Tk, is_causal, alignment, rows, keys);
+            }
+        }
+    }
+    const auto empty = std::find(r.row_nonempty.begin(), r.row_nonempty.end(), 0);
+    if (empty != r.row_nonempty.end()) r.first_empty = static_cast<Index>(empty - r.row_nonempty.begin());
+    return r;
+}
+
+void throw_if_empty_head_row(const std::string& function, const HeadReadability& r, bool is_causal,
+                             CausalAlignment alignment, EmptyRowPolicy empty_rows, const std::string& shapes) {
+    if (r.first_empty < 0 || empty_rows != EmptyRowPolicy::Throw) return;
+    const Index i = r.first_empty % r.Tq, h = (r.first_empty / r.Tq) % r.H, b = r.first_empty / (r.Tq * r.H);
+    throw MaskError(no_allowed_key_message(function, "query row " + str(i) + " of batch " + str(b) + ", head " + str(h),
+                                           r.Tq, r.Tk, is_causal, alignment, shapes));
+}
+
+void throw_not_finite(const std::string& function, const std::string& name, const Shape& shape, double value,
+                      const std::string& where, const std::string& why) {
+    throw ValueError(function + ": " + name + " " + to_string(shape) + " holds " + std::to_string(value) + " at " +
+                     where + ", " + why);
+}
+
+std::string batch_row_column(const std::string& batch_index, Index row, Index column) {
+    return "batch index " + batch_index + ", row " + str(row) + ", column " + str(column);
+}
+
+std::string read_position_reason(const std::string& shapes) {
+    return "a position some query reads (" + shapes + "; disable check_finite to allow it)";
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------- the SDPA problem
 
 template <class T>
 Shape SdpaProblem<T>::output_shape() const {
@@ -63,32 +193,19 @@ template <class T>
 SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T> q, TensorView<const T> k,
                                  TensorView<const T> v, std::optional<TensorView<const bool>> allowed_mask,
                                  const SdpaOptions& options) {
-    const auto shapes = [&] {
-        return " (" + shapes_of(allowed_mask ? &*allowed_mask : nullptr, q.shape(), k.shape(), v.shape()) + ")";
-    };
-    if (q.rank() < 2 || k.rank() < 2 || v.rank() < 2)
-        throw ShapeError(function + ": q, k and v need rank >= 2 (..., T, D)" + shapes());
     SdpaProblem<T> p;
     p.function = function;
     p.shapes = shapes_of(allowed_mask ? &*allowed_mask : nullptr, q.shape(), k.shape(), v.shape());
+    const std::string shapes = " (" + p.shapes + ")";
+    detail::check_qkv_shapes(function, q.shape(), k.shape(), v.shape(), shapes);
     p.Tq = q.dim(-2);
     p.Tk = k.dim(-2);
     p.Dk = q.dim(-1);
     p.Dv = v.dim(-1);
-    if (k.dim(-1) != p.Dk)
-        throw ShapeError(function + ": q has Dk=" + std::to_string(p.Dk) + " but k has Dk=" + std::to_string(k.dim(-1)) +
-                         shapes());
-    if (v.dim(-2) != p.Tk)
-        throw ShapeError(function + ": k has Tk=" + std::to_string(p.Tk) + " but v has Tk=" + std::to_string(v.dim(-2)) +
-                         shapes());
     const Shape qb(q.shape().begin(), q.shape().end() - 2);
     const Shape kb(k.shape().begin(), k.shape().end() - 2);
     const Shape vb(v.shape().begin(), v.shape().end() - 2);
-    try {
-        p.batch_shape = broadcast_shapes(broadcast_shapes(qb, kb, function, "q", "k"), vb, function, "q/k", "v");
-    } catch (const ShapeError&) {
-        throw ShapeError(function + ": batch dims of q, k and v do not broadcast" + shapes());
-    }
+    p.batch_shape = detail::broadcast_batch_shapes(function, qb, kb, vb, shapes);
     p.batch = numel(p.batch_shape);
     const auto with = [&](Index a, Index b) {
         Shape s = p.batch_shape;
@@ -99,25 +216,10 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     p.q = q.broadcast_to(with(p.Tq, p.Dk), function, "q");
     p.k = k.broadcast_to(with(p.Tk, p.Dk), function, "k");
     p.v = v.broadcast_to(with(p.Tk, p.Dv), function, "v");
-    if (allowed_mask) {
-        const Shape target = with(p.Tq, p.Tk);
-        if (allowed_mask->rank() > static_cast<Index>(target.size()))
-            throw ShapeError(function + ": allowed_mask " + to_string(allowed_mask->shape()) +
-                             " has more dims than the scores " + to_string(target) + shapes());
-        try {
-            p.allowed_mask = broadcast_allowed_mask(*allowed_mask, target, function);
-        } catch (const ShapeError&) {
-            throw ShapeError(function + ": allowed_mask " + to_string(allowed_mask->shape()) +
-                             " does not broadcast to the scores (batch..., Tq, Tk) = " + to_string(target) + shapes());
-        }
-    }
+    if (allowed_mask) p.allowed_mask = detail::broadcast_mask_to_scores(function, *allowed_mask, with(p.Tq, p.Tk), shapes);
+    // The default 1/sqrt(Dk) is finite in every dtype; only a given scale can fail the check.
+    detail::check_scale_and_threads<T>(function, options.scale, options.num_threads, shapes);
     p.scale = options.scale ? *options.scale : (p.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(p.Dk)) : 1.0);
-    if (!std::isfinite(p.scale) || !std::isfinite(static_cast<T>(p.scale)))
-        throw ConfigError(function + ": scale must be finite in the input dtype, got " + std::to_string(p.scale) +
-                          shapes());
-    if (options.num_threads < 0)
-        throw ConfigError(function + ": num_threads must be >= 0, got " + std::to_string(options.num_threads) +
-                          shapes());
     p.is_causal = options.is_causal;
     p.alignment = options.alignment;
     const Index br = static_cast<Index>(p.batch_shape.size());
@@ -133,28 +235,10 @@ Readability readability(const SdpaProblem<T>& p, Index b) {
     Readability r;
     r.key_readable.assign(static_cast<std::size_t>(p.Tk), 0);
     r.row_nonempty.assign(static_cast<std::size_t>(p.Tq), 0);
-    Index readable_end = 0;  // without an explicit mask the readable keys are [0, max over rows of end)
-    for (Index i = 0; i < p.Tq; ++i) {
-        Index end = p.Tk;  // the causal rule limits row i to the keys [0, end)
-        if (p.is_causal)
-            end = causal_end(i, p.Tq, p.Tk, p.alignment);
-        bool any = false;
-        if (!p.allowed_mask) {
-            any = end > 0;
-            readable_end = std::max(readable_end, end);
-        } else {
-            const bool* row = p.allowed_mask->data() + p.mask_offset[b] + i * p.allowed_mask->stride(-2);
-            const Index s = p.allowed_mask->stride(-1);
-            for (Index j = 0; j < end; ++j)
-                if (row[j * s]) {
-                    r.key_readable[static_cast<std::size_t>(j)] = 1;
-                    any = true;
-                }
-        }
-        r.row_nonempty[static_cast<std::size_t>(i)] = any;
-        if (!any && r.first_empty_row < 0) r.first_empty_row = i;
-    }
-    if (!p.allowed_mask) std::fill_n(r.key_readable.begin(), readable_end, 1);
+    const std::optional<TensorView<const bool>>& m = p.allowed_mask;
+    r.first_empty_row = detail::row_readability(m ? m->data() + p.mask_offset[b] : nullptr, m ? m->stride(-2) : 0,
+                                                m ? m->stride(-1) : 0, p.Tq, p.Tk, p.is_causal, p.alignment,
+                                                r.row_nonempty.data(), r.key_readable.data());
     return r;
 }
 
@@ -173,10 +257,8 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
     }
     if (!options.check_finite) return all;
     const auto fail = [&](const char* name, const Shape& shape, Index b, Index row, Index col, double value) {
-        throw ValueError(p.function + ": " + name + " " + to_string(shape) + " holds " + std::to_string(value) +
-                         " at batch index " + p.batch_index_string(b) + ", row " + std::to_string(row) + ", column " +
-                         std::to_string(col) + ", a position some query reads (" + p.shapes +
-                         "; disable check_finite to allow it)");
+        detail::throw_not_finite(p.function, name, shape, value, detail::batch_row_column(p.batch_index_string(b), row, col),
+                                 detail::read_position_reason(p.shapes));
     };
     // Strides read once: TensorView::stride checks its argument, which keeps it out of the inner loops.
     const Index qs = p.q.stride(-1), ks = p.k.stride(-1), vs = p.v.stride(-1);
@@ -211,5 +293,39 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 #undef ATTN_INSTANTIATE
+
+// ------------------------------------------------------------------------------------ the MHA module's mask contract
+
+MhaMaskViews mha_mask_views(const std::string& function, const std::string& shapes,
+                            std::optional<TensorView<const bool>> allowed_mask,
+                            std::optional<TensorView<const bool>> key_padding_allowed, Index B, Index H, Index Tq,
+                            Index Tk) {
+    MhaMaskViews views;
+    const Shape target{B, H, Tq, Tk};
+    if (allowed_mask) {
+        switch (allowed_mask->rank()) {
+            case 2: views.mask = allowed_mask->unsqueeze(0).unsqueeze(0); break;
+            case 3: views.mask = allowed_mask->unsqueeze(1); break;
+            case 4: views.mask = *allowed_mask; break;
+            default:
+                throw ShapeError(function + ": allowed_mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, Tk), got " +
+                                 to_string(allowed_mask->shape()) + shapes);
+        }
+        try {
+            (void)views.mask->broadcast_to(target, function, "allowed_mask");
+        } catch (const ShapeError&) {
+            throw ShapeError(function + ": allowed_mask " + to_string(allowed_mask->shape()) +
+                             " does not broadcast to (B, H, Tq, Tk) = " + to_string(target) + shapes);
+        }
+    }
+    if (key_padding_allowed) {
+        const TensorView<const bool>& kp = *key_padding_allowed;
+        if (kp.rank() != 2 || kp.dim(0) != B || kp.dim(1) != Tk)
+            throw ShapeError(function + ": key_padding_allowed must be (B, Tk) = " + to_string(Shape{B, Tk}) + ", got " +
+                             to_string(kp.shape()) + shapes);
+        views.padding = kp.unsqueeze(1).unsqueeze(1);  // the same keys for every head and query row
+    }
+    return views;
+}
 
 }  // namespace attn

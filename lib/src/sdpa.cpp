@@ -1,7 +1,7 @@
 // scaled_dot_product_attention: validate, check the contracts, dispatch to a backend.
 #include "attn/sdpa.hpp"
 
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 #include "backends.hpp"
 
 namespace attn {

@@ -8,9 +8,11 @@
 #include <string>
 
 #include "attn/attn.hpp"
+#include "attn/detail/mha_sdpa_path.hpp"
 #include "mha_reference.hpp"
 
 using namespace attn;
+using attn::detail::mha_sdpa_path;  // test glue, internal
 using attn::testing::LD;
 
 namespace {
@@ -429,7 +431,8 @@ TEST_CASE("padding values never change the output, not even NaN or Inf; read NaN
     // The same NaN at a read position is a ValueError naming the tensor and its shape.
     memory({0, 2, 1}) = std::numeric_limits<float>::quiet_NaN();
     const std::string message = error_message([&] { mha.forward_cross(q, memory, std::nullopt, options); });
-    CHECK(message.find("MultiHeadAttention::forward_cross: key_states [2,5,8] holds nan at batch 0, row 2, column 1") == 0);
+    CHECK(message.find("MultiHeadAttention::forward_cross: key_states [2,5,8] holds nan at batch index [0], row 2, column 1") == 0);
+    CHECK(message.find("key_padding_allowed [2,5]; disable check_finite to allow it)") != std::string::npos);
     MhaOptions unchecked = options;
     unchecked.check_finite = false;
     CHECK(std::isnan(mha.forward_cross(q, memory, std::nullopt, unchecked).output({0, 0, 0})));
@@ -749,6 +752,12 @@ TEST_CASE("wrong input shapes, masks and options are errors naming the function 
     MhaOptions s;
     s.scale = INFINITY;
     CHECK_THROWS_AS(m.forward(q, k, v, std::nullopt, s), ConfigError);
+    // A scale finite in double but not in float is refused by the module itself, in SDPA's wording.
+    MultiHeadAttention<float> mf(config(8, 2));
+    s.scale = 1e300;
+    const Tensor<float> x({1, 3, 8});
+    CHECK(error_message([&] { mf.forward_self(x, std::nullopt, s); })
+              .find("MultiHeadAttention::forward_self: scale must be finite in the input dtype") == 0);
     MhaOptions t;
     t.num_threads = -1;
     CHECK_THROWS_AS(m.forward(q, k, v, std::nullopt, t), ConfigError);

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 #include "error_message.hpp"
 
 using namespace attn;
@@ -64,4 +64,34 @@ TEST_CASE("check_contracts looks for NaN/Inf only where some query reads", "[pro
     SdpaOptions unchecked;
     unchecked.check_finite = false;
     CHECK_NOTHROW(check_contracts(p, unchecked));
+}
+
+TEST_CASE("head_readability per (batch, head) is the readability of the same SDPA problem", "[problem]") {
+    // allowed (2, 1, 4, 5) broadcast over H = 3 heads; causal bottom-right; row 0 of batch 1 has no allowed key.
+    Tensor<bool> allowed({2, 1, 4, 5}, true);
+    for (Index j = 0; j < 5; ++j) allowed({1, 0, 0, j}) = false;
+    allowed({0, 0, 2, 1}) = false;
+    const Tensor<double> q({2, 3, 4, 2}), k({2, 3, 5, 2}), v({2, 3, 5, 2});
+    for (const bool masked : {false, true}) {
+        SdpaOptions options;
+        options.is_causal = true;
+        options.alignment = CausalAlignment::BottomRight;
+        std::optional<TensorView<const bool>> mask;
+        if (masked) mask = allowed.view();
+        const auto p = make_sdpa_problem<double>("sdpa", q.view(), k.view(), v.view(), mask, options);
+        std::optional<TensorView<const bool>> mask4;
+        if (masked) mask4 = allowed.view().broadcast_to({2, 3, 4, 5}, "test", "allowed");
+        const detail::HeadReadability heads =
+            detail::head_readability(mask4, options.is_causal, options.alignment, 2, 3, 4, 5);
+        Index first_empty = -1;
+        for (Index b = 0; b < 2; ++b)
+            for (Index h = 0; h < 3; ++h) {
+                const Readability r = readability(p, b * 3 + h);
+                for (Index i = 0; i < 4; ++i) CHECK(heads.nonempty(b, h, i) == bool(r.row_nonempty[std::size_t(i)]));
+                for (Index j = 0; j < 5; ++j) CHECK(heads.readable(b, h, j) == bool(r.key_readable[std::size_t(j)]));
+                if (first_empty < 0 && r.first_empty_row >= 0) first_empty = (b * 3 + h) * 4 + r.first_empty_row;
+            }
+        CHECK(heads.first_empty == first_empty);
+        CHECK(first_empty == (masked ? 12 : -1));  // (b, h, i) = (1, 0, 0) under the mask
+    }
 }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "attn/oracle/oracle.hpp"
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 #include "softmax_bound.hpp"
 
 namespace attn::oracle::detail {

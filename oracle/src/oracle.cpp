@@ -4,7 +4,7 @@
 #include <boost/multiprecision/mpfr.hpp>
 #include <cmath>
 
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 #include "attn/tiled.hpp"
 #include "engine.hpp"
 #include "types.hpp"

@@ -10,7 +10,7 @@
 
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 
 using attn::Index;
 using attn::Shape;

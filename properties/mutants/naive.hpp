@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "attn/oracle/oracle.hpp"
-#include "attn/problem.hpp"
+#include "attn/detail/problem.hpp"
 #include "attn/suite/registry.hpp"
 
 namespace attn::suite::mutant {

@@ -186,22 +186,4 @@ MhaResult<double> multi_head_sdpa(TensorView<const double> q_projected, TensorVi
                                   std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
                                   const MhaOptions& options = {}, const MhaDropout& dropout = {});
 
-// Plain SDPA inputs through the module's head split/merge path, so every SDPA property can run on it.
-// Accepts what scaled_dot_product_attention accepts, q (..., Tq, Dk), k (..., Tk, Dk), v (..., Tk, Dv) with NumPy
-// broadcasting of the batch dims and of allowed_mask, and returns what it returns (output (..., Tq, Dv), weights
-// (..., Tq, Tk)). The last batch dim is the heads H, the ones before it fold into B; k and v with one head serve
-// every query head (multi-query). Beyond broadcasting, grouped kv heads are accepted in rank 4:
-// q (B, H, Tq, Dk), k (B, G, Tk, Dk), v (B, G, Tk, Dv) with H % G == 0, query head h reading kv head h / (H/G).
-// The heads are laid out as the module's projected width (B, T, H*D) and the module's path (multi_head_sdpa)
-// runs on them: this equals MultiHeadAttention with identity projections exactly for finite inputs (x * 1 plus
-// exact zeros; tested), but unlike an identity gemm it does not spread one head's NaN across the whole row
-// (NaN * 0 = NaN), which would break SDPA's padding and empty-row contracts that are per head.
-// options.scale defaults to 1/sqrt(Dk), as in SDPA. Errors name "mha_sdpa_path" or "multi_head_sdpa".
-SdpaResult<float> mha_sdpa_path(TensorView<const float> q, TensorView<const float> k, TensorView<const float> v,
-                                std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
-                                const SdpaOptions& options = {});
-SdpaResult<double> mha_sdpa_path(TensorView<const double> q, TensorView<const double> k, TensorView<const double> v,
-                                 std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
-                                 const SdpaOptions& options = {});
-
 }  // namespace attn

@@ -5,21 +5,18 @@
 #include <cstdint>
 #include <numbers>
 
+#include "attn/detail/splitmix64.hpp"
+
 namespace attn::suite {
 
-// SplitMix64 (Steele, Lea & Flood, OOPSLA 2014): 64-bit state, full period, passes BigCrush; the same stream
-// on every platform, which keeps case files and perturbations reproducible from their seed.
+// SplitMix64 (Steele, Lea & Flood, OOPSLA 2014; attn/detail/splitmix64.hpp): 64-bit state, full period, passes
+// BigCrush; the same stream on every platform, which keeps case files and perturbations reproducible from their seed.
 class Rng {
 public:
     explicit Rng(std::uint64_t seed) : state_(seed) {}
-    std::uint64_t next() {
-        std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-    }
+    std::uint64_t next() { return attn::detail::splitmix64_next(state_); }  // the library's stream (dropout, init)
     // Uniform in [0, 1) with 53 random bits.
-    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+    double uniform() { return attn::detail::unit_uniform(next()); }
     double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
     // Uniform integer in [0, n).
     std::uint64_t below(std::uint64_t n) { return n == 0 ? 0 : next() % n; }

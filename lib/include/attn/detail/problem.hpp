@@ -1,0 +1,192 @@
+// attn/detail/problem.hpp: internal, no stability promise (not part of attn/attn.hpp). The contract module: one
+// SDPA call validated and resolved (shapes, broadcasting, masks, readable positions), and the checks the MHA module
+// runs per (batch, head). Shared by every backend, the MHA module and the oracle, so all apply the same contracts.
+#pragma once
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/mask.hpp"
+#include "attn/sdpa.hpp"
+
+namespace attn {
+
+// Shapes: q (batch..., Tq, Dk), k (batch..., Tk, Dk), v (batch..., Tk, Dv), allowed (batch..., Tq, Tk).
+// Every view is broadcast to the full batch shape; batch element b (flat, C order) starts at offsets[b].
+template <class T>
+struct SdpaProblem {
+    std::string function;  // for messages: "sdpa", "mha", "oracle.sdpa", ...
+    std::string shapes;    // for messages: "q [..], k [..], v [..], allowed_mask [..]" as the caller passed them
+    Shape batch_shape;
+    Index batch = 1;  // numel(batch_shape)
+    Index Tq = 0, Tk = 0, Dk = 0, Dv = 0;
+    double scale = 1.0;
+    TensorView<const T> q, k, v;                       // broadcast to batch_shape + their matrix dims
+    std::optional<TensorView<const bool>> allowed_mask;  // broadcast to batch_shape + (Tq, Tk)
+    bool is_causal = false;
+    CausalAlignment alignment = CausalAlignment::TopLeft;
+    std::vector<Index> q_offset, k_offset, v_offset, mask_offset;  // per flat batch index
+
+    const T* q_row(Index b, Index i) const { return q.data() + q_offset[b] + i * q.stride(-2); }
+    const T* k_row(Index b, Index j) const { return k.data() + k_offset[b] + j * k.stride(-2); }
+    const T* v_row(Index b, Index j) const { return v.data() + v_offset[b] + j * v.stride(-2); }
+
+    // Whether query i of batch element b may read key j (explicit mask and causal rule together).
+    bool allowed(Index b, Index i, Index j) const {
+        if (is_causal && !causal_allows(i, j, Tq, Tk, alignment)) return false;
+        if (!allowed_mask) return true;
+        return allowed_mask->data()[mask_offset[b] + i * allowed_mask->stride(-2) + j * allowed_mask->stride(-1)];
+    }
+
+    // Shape of the output (batch..., Tq, Dv) and of the weights (batch..., Tq, Tk).
+    Shape output_shape() const;
+    Shape weights_shape() const;
+
+    // "[b0,b1]" of a flat batch index, for messages.
+    std::string batch_index_string(Index b) const;
+};
+
+// Validates shapes and options and resolves broadcasting. Throws ShapeError/ConfigError naming `function`,
+// the tensors and their shapes.
+template <class T>
+SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T> q, TensorView<const T> k,
+                                 TensorView<const T> v, std::optional<TensorView<const bool>> allowed_mask,
+                                 const SdpaOptions& options);
+
+// Per batch element: which keys some query may read (the rest are never read, whatever they hold)
+// and which query rows have at least one allowed key.
+struct Readability {
+    std::vector<char> key_readable;  // [Tk]
+    std::vector<char> row_nonempty;  // [Tq]
+    Index first_empty_row = -1;      // -1 when every row has an allowed key
+};
+
+template <class T>
+Readability readability(const SdpaProblem<T>& problem, Index b);
+
+// The contract checks every backend runs before computing: under EmptyRowPolicy::Throw a MaskError naming the
+// first empty row; under check_finite a ValueError naming the tensor and index of the first NaN/Inf that some
+// query reads. Returns the readability of every batch element for the kernel to reuse.
+template <class T>
+std::vector<Readability> check_contracts(const SdpaProblem<T>& problem, const SdpaOptions& options);
+
+}  // namespace attn
+
+// The predicates behind make_sdpa_problem and check_contracts, each with its one message, for the callers that
+// hold their problem in another layout (the MHA module's (B, T, heads * D) projections, the head-path glue).
+namespace attn::detail {
+
+// q (..., Tq, Dk), k (..., Tk, Dk), v (..., Tk, Dv): rank >= 2, k's Dk equals q's, v's Tk equals k's.
+// `shapes` ends every message: " (q [..], k [..], v [..], ...)".
+void check_qkv_shapes(const std::string& function, const Shape& q, const Shape& k, const Shape& v,
+                      const std::string& shapes);
+
+// The batch shape q, k and v broadcast to (NumPy rules), from their batch dims.
+Shape broadcast_batch_shapes(const std::string& function, const Shape& q_batch, const Shape& k_batch,
+                             const Shape& v_batch, const std::string& shapes);
+
+// allowed_mask broadcast to the scores `target` = (batch..., Tq, Tk), or a ShapeError (more dims than the scores,
+// or not broadcastable).
+TensorView<const bool> broadcast_mask_to_scores(const std::string& function, TensorView<const bool> allowed_mask,
+                                                const Shape& target, const std::string& shapes);
+
+// The per-call options every layer shares: scale (when given) finite in the dtype T, num_threads >= 0.
+template <class T>
+void check_scale_and_threads(const std::string& function, std::optional<double> scale, int num_threads,
+                             const std::string& shapes);
+
+// Readability of one (Tq, Tk) score matrix under the causal rule and an optional allowed mask (row i at
+// allowed + i * row_stride, key j at + j * key_stride): rows[i] = query i has an allowed key, keys[j] = some
+// query reads key j (both zeroed first). Returns the first empty row, -1 if none.
+Index row_readability(const bool* allowed, Index row_stride, Index key_stride, Index Tq, Index Tk, bool is_causal,
+                      CausalAlignment alignment, char* rows, char* keys);
+
+// Readability per (batch, head) of the MHA module: the basis of its empty-row policy, finite checks and gathers.
+struct HeadReadability {
+    Index B = 0, H = 0, Tq = 0, Tk = 0;
+    std::vector<char> row_nonempty;  // (B, H, Tq): query row has an allowed key in this head
+    std::vector<char> key_readable;  // (B, H, Tk): some query row of this head may read the key
+    Index first_empty = -1;          // flat (b, h, i) of the first empty row, -1 if none
+
+    bool nonempty(Index b, Index h, Index i) const { return row_nonempty[static_cast<std::size_t>((b * H + h) * Tq + i)]; }
+    bool readable(Index b, Index h, Index j) const { return key_readable[static_cast<std::size_t>((b * H + h) * Tk + j)]; }
+    // Over the heads of batch element b: some head's row i has an allowed key / every head's row i has one.
+    bool some_head_reads_query(Index b, Index i) const {
+        for (Index h = 0; h < H; ++h)
+            if (nonempty(b, h, i)) return true;
+        return false;
+    }
+    bool every_head_reads_query(Index b, Index i) const {
+        for (Index h = 0; h < H; ++h)
+            if (!nonempty(b, h, i)) return false;
+        return true;
+    }
+    // Some head reads key j of batch element b.
+    bool some_head_reads_key(Index b, Index j) const {
+        for (Index h = 0; h < H; ++h)
+            if (readable(b, h, j)) return true;
+        return false;
+    }
+    // Some query head of kv head g (of G; heads g*R .. g*R + R-1, R = H/G) reads key j of batch element b.
+    bool kv_head_read(Index b, Index g, Index G, Index j) const {
+        const Index R = H / G;
+        for (Index r = 0; r < R; ++r)
+            if (readable(b, g * R + r, j)) return true;
+        return false;
+    }
+};
+
+// allowed: none, or the resolved mask broadcast to (B, H, Tq, Tk) (stride 0 on broadcast dims, which are computed
+// once and copied).
+HeadReadability head_readability(const std::optional<TensorView<const bool>>& allowed, bool is_causal,
+                                 CausalAlignment alignment, Index B, Index H, Index Tq, Index Tk);
+
+// Under EmptyRowPolicy::Throw, a MaskError naming batch, head and row of the first empty row.
+void throw_if_empty_head_row(const std::string& function, const HeadReadability& readable, bool is_causal,
+                             CausalAlignment alignment, EmptyRowPolicy empty_rows, const std::string& shapes);
+
+// The one wording of a non-finite value: "<function>: <name> <shape> holds <value> at <where>, <why>".
+[[noreturn]] void throw_not_finite(const std::string& function, const std::string& name, const Shape& shape,
+                                   double value, const std::string& where, const std::string& why);
+// `where` of an element of an input read per batch element: "batch index [..], row r, column c".
+std::string batch_row_column(const std::string& batch_index, Index row, Index column);
+// `why` of an input some query reads; `shapes` names the call's tensors.
+std::string read_position_reason(const std::string& shapes);
+
+// rows (B, T, W): every element of row (b, t) must be finite when read(b, t).
+template <class T, class Read>
+void check_rows(const std::string& function, const std::string& name, TensorView<const T> rows, Read read,
+                const std::string& why) {
+    for (Index b = 0; b < rows.dim(0); ++b)
+        for (Index t = 0; t < rows.dim(1); ++t) {
+            if (!read(b, t)) continue;
+            const T* row = rows.data() + b * rows.stride(0) + t * rows.stride(1);
+            for (Index c = 0; c < rows.dim(2); ++c)
+                if (!std::isfinite(row[c * rows.stride(2)]))
+                    throw_not_finite(function, name, rows.shape(), row[c * rows.stride(2)],
+                                     batch_row_column(to_string(Shape{b}), t, c), why);
+        }
+}
+
+// Projected heads (B, T, heads * D): the D columns of head (b, head, t) must be finite when read(b, head, t).
+template <class T, class Read>
+void check_head_rows(const std::string& function, const std::string& name, TensorView<const T> rows, Index heads,
+                     Read read, const std::string& why) {
+    const Index D = heads > 0 ? rows.dim(2) / heads : 0;
+    for (Index b = 0; b < rows.dim(0); ++b)
+        for (Index t = 0; t < rows.dim(1); ++t)
+            for (Index g = 0; g < heads; ++g) {
+                if (!read(b, g, t)) continue;
+                const T* row = rows.data() + b * rows.stride(0) + t * rows.stride(1);
+                for (Index c = g * D; c < (g + 1) * D; ++c)
+                    if (!std::isfinite(row[c * rows.stride(2)]))
+                        throw_not_finite(function, name, rows.shape(), row[c * rows.stride(2)],
+                                         batch_row_column(to_string(Shape{b}), t, c) + " (head " +
+                                             std::to_string(g) + ")",
+                                         why);
+            }
+}
+
+}  // namespace attn::detail
