@@ -11,7 +11,7 @@ cmake -S "$SRC_DIR" -B "$BUILD" -G Ninja \
   -DATTN_LIBFUZZER=ON \
   -DATTN_FUZZ_ENGINE="$LIB_FUZZING_ENGINE" \
   -DATTN_BUILD_TESTS=OFF -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_REPORTS=OFF -DATTN_BUILD_TOOLS=OFF \
-  -DATTN_BUILD_PROPERTIES=ON
+  -DATTN_BUILD_SUITE=ON
 targets=$(cat "$BUILD/fuzz/targets.txt")
 cmake --build "$BUILD" -j"$(nproc)" --target $(for t in $targets; do printf 'fuzz_%s ' "$t"; done)
 for t in $targets; do

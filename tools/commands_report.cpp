@@ -94,7 +94,7 @@ Action add_report_command(CLI::App& app) {
         return report::run_report(options, impls, suite::mutants(), std::cout).exit_code;
 #else
         std::cerr << "attn report: this build has no report generator (it needs the oracle and the property suite; "
-                     "configure with ATTN_BUILD_ORACLE, ATTN_BUILD_PROPERTIES and ATTN_BUILD_REPORTS on)\n";
+                     "configure with ATTN_BUILD_ORACLE, ATTN_BUILD_SUITE and ATTN_BUILD_REPORTS on)\n";
         return 2;
 #endif
     };

@@ -1,4 +1,4 @@
-// properties/checks.hpp: what the invariants share: running an implementation on a case, the oracle's answer
+// suite/checks.hpp: what the invariants share: running an implementation on a case, the oracle's answer
 // for it, comparisons within the oracle's bound or bitwise, and the case transforms properties build on.
 #pragma once
 

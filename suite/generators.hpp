@@ -1,4 +1,4 @@
-// properties/generators.hpp: every RapidCheck generator of the suite, in one place (shapes, values, masks, options).
+// suite/generators.hpp: every RapidCheck generator of the suite, in one place (shapes, values, masks, options).
 //
 // Weighted like RapidCheck's own domain generators: edge sizes (T=1, D=1), Tq != Tk, huge and tiny magnitudes,
 // near-ties and exact ties, logits beyond exp's overflow threshold, subnormals, every mask kind and broadcast rank,

@@ -1,4 +1,4 @@
-// properties/mutants/naive.hpp: the plain-loop SDPA every mutant starts from; each mutant replaces one step with
+// suite/mutants/naive.hpp: the plain-loop SDPA every mutant starts from; each mutant replaces one step with
 // its own wrong math. Built only for the suite; never part of the library.
 //
 // Per batch element b (flat over the broadcast batch dims), with the validated problem p:
@@ -146,7 +146,7 @@ Implementation make_mutant(const std::string& name, const std::string& descripti
     return impl;
 }
 
-// Every mutant (one file each under properties/mutants/).
+// Every mutant (one file each under suite/mutants/).
 std::vector<Implementation> all();
 
 }  // namespace attn::suite::mutant

@@ -1,8 +1,8 @@
 // attn/suite/property.hpp: a property (one invariant, one file), its coverage contract, and the runner that checks
 // it against an implementation with RapidCheck, saves failures as case files and enforces coverage.
 //
-// Adding a property takes two edits: a file properties/invariants/<name>.cpp defining `Property <name>()`, and one
-// line in properties/invariants/all.cpp.
+// Adding a property takes two edits: a file suite/invariants/<name>.cpp defining `Property <name>()`, and one
+// line in suite/invariants/all.cpp.
 #pragma once
 
 #include <functional>
