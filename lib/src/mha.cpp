@@ -259,20 +259,10 @@ MhaResult<T> MultiHeadAttention<T>::run(const char* function_name, TensorView<co
                                         std::optional<TensorView<const bool>> allowed_mask,
                                         const MhaOptions& options) const {
     const std::string function = function_name;
-    const std::string shapes = "query_states " + to_string(query_states.shape()) + ", key_states " +
-                               to_string(key_states.shape()) + ", value_states " + to_string(value_states.shape());
-    const std::string config = "embed_dim=" + str(E_) + ", kdim=" + str(kdim_) + ", vdim=" + str(vdim_);
-    if (query_states.rank() != 3 || key_states.rank() != 3 || value_states.rank() != 3)
-        throw ShapeError(function + ": inputs must be (B, T, features) (" + shapes + ")");
-    if (query_states.dim(2) != E_ || key_states.dim(2) != kdim_ || value_states.dim(2) != vdim_)
-        throw ShapeError(function + ": feature widths must be query " + str(E_) + ", key " + str(kdim_) + ", value " +
-                         str(vdim_) + " (" + config + "; " + shapes + ")");
-    const Index B = query_states.dim(0), Tq = query_states.dim(1), Tk = key_states.dim(1);
-    if (key_states.dim(0) != B || value_states.dim(0) != B)
-        throw ShapeError(function + ": query, key and value states must have the same B (" + shapes + ")");
-    if (value_states.dim(1) != Tk)
-        throw ShapeError(function + ": key_states has Tk=" + str(Tk) + " but value_states has Tk=" +
-                         str(value_states.dim(1)) + " (" + shapes + ")");
+    const detail::MhaStates states =
+        detail::check_mha_states(function, query_states, key_states, value_states, E_, kdim_, vdim_);
+    const std::string& shapes = states.shapes;
+    const Index B = states.B, Tq = states.Tq, Tk = states.Tk;
     detail::check_scale_and_threads<T>(function, options.scale, options.num_threads, " (" + shapes + ")");
     const detail::HeadMasks masks = detail::resolve_masks(function, shapes, allowed_mask, options, B, H_, Tq, Tk);
     const detail::HeadReadability readable =

@@ -82,6 +82,33 @@ void check_scale_and_threads(const std::string& function, std::optional<double> 
     if (num_threads < 0)
         throw ConfigError(function + ": num_threads must be >= 0, got " + std::to_string(num_threads) + shapes);
 }
+template <class T>
+MhaStates check_mha_states(const std::string& function, TensorView<const T> query_states, TensorView<const T> key_states,
+                           TensorView<const T> value_states, Index E, Index kdim, Index vdim) {
+    const auto str = [](Index n) { return std::to_string(n); };
+    MhaStates s;
+    s.shapes = "query_states " + to_string(query_states.shape()) + ", key_states " + to_string(key_states.shape()) +
+               ", value_states " + to_string(value_states.shape());
+    if (query_states.rank() != 3 || key_states.rank() != 3 || value_states.rank() != 3)
+        throw ShapeError(function + ": inputs must be (B, T, features) (" + s.shapes + ")");
+    if (query_states.dim(2) != E || key_states.dim(2) != kdim || value_states.dim(2) != vdim)
+        throw ShapeError(function + ": feature widths must be query " + str(E) + ", key " + str(kdim) + ", value " +
+                         str(vdim) + " (embed_dim=" + str(E) + ", kdim=" + str(kdim) + ", vdim=" + str(vdim) + "; " +
+                         s.shapes + ")");
+    s.B = query_states.dim(0), s.Tq = query_states.dim(1), s.Tk = key_states.dim(1);
+    if (key_states.dim(0) != s.B || value_states.dim(0) != s.B)
+        throw ShapeError(function + ": query, key and value states must have the same B (" + s.shapes + ")");
+    if (value_states.dim(1) != s.Tk)
+        throw ShapeError(function + ": key_states has Tk=" + str(s.Tk) + " but value_states has Tk=" +
+                         str(value_states.dim(1)) + " (" + s.shapes + ")");
+    return s;
+}
+
+template MhaStates check_mha_states<float>(const std::string&, TensorView<const float>, TensorView<const float>,
+                                           TensorView<const float>, Index, Index, Index);
+template MhaStates check_mha_states<double>(const std::string&, TensorView<const double>, TensorView<const double>,
+                                            TensorView<const double>, Index, Index, Index);
+
 template void check_scale_and_threads<float>(const std::string&, std::optional<double>, int, const std::string&);
 template void check_scale_and_threads<double>(const std::string&, std::optional<double>, int, const std::string&);
 

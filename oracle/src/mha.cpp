@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/detail/problem.hpp"
 #include "attn/mask.hpp"
 #include "softmax_bound.hpp"
 #include "types.hpp"
@@ -57,23 +58,17 @@ template <class T>
 MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorView<const T> xq, TensorView<const T> xk,
                    TensorView<const T> xv, std::optional<TensorView<const bool>> allowed_mask, const MhaOptions& options) {
     const std::string f = function;
-    const std::string shape_list = "query_states " + to_string(xq.shape()) + ", key_states " +
-                                   to_string(xk.shape()) + ", value_states " + to_string(xv.shape());
-    const std::string shapes = " (" + shape_list + ")";
     MhaProblem p;
     p.E = m.embed_dim(), p.H = m.num_heads(), p.G = m.num_kv_heads(), p.Dh = m.head_dim(), p.kdim = m.kdim(),
     p.vdim = m.vdim();
     if (options.training && m.dropout() > 0)
         throw ConfigError(f + ": dropout (training=true with dropout=" + std::to_string(m.dropout()) +
                           ") is not part of the oracle; call it with training=false");
-    if (xq.rank() != 3 || xk.rank() != 3 || xv.rank() != 3)
-        throw ShapeError(f + ": inputs must be (B, T, features)" + shapes);
-    if (xq.dim(2) != p.E || xk.dim(2) != p.kdim || xv.dim(2) != p.vdim)
-        throw ShapeError(f + ": feature widths must be query " + str(p.E) + ", key " + str(p.kdim) + ", value " +
-                         str(p.vdim) + shapes);
-    p.B = xq.dim(0), p.Tq = xq.dim(1), p.Tk = xk.dim(1);
-    if (xk.dim(0) != p.B || xv.dim(0) != p.B) throw ShapeError(f + ": query, key and value states must have the same B" + shapes);
-    if (xv.dim(1) != p.Tk) throw ShapeError(f + ": key_states and value_states must have the same Tk" + shapes);
+    // The module's own shape contract, words included.
+    const attn::detail::MhaStates states = attn::detail::check_mha_states(f, xq, xk, xv, p.E, p.kdim, p.vdim);
+    const std::string& shape_list = states.shapes;
+    const std::string shapes = " (" + shape_list + ")";
+    p.B = states.B, p.Tq = states.Tq, p.Tk = states.Tk;
     p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(p.Dh));
     if (!std::isfinite(p.scale) || !std::isfinite(static_cast<T>(p.scale)))
         throw ConfigError(f + ": scale must be finite in the input dtype, got " + std::to_string(p.scale));

@@ -2,6 +2,8 @@
 // within the bound over random configurations, the bound is not vacuous, and an element moved past it is caught.
 #include <catch2/catch.hpp>
 
+#include <array>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -218,6 +220,37 @@ TEST_CASE("MHA oracle: an empty row is worded as the module words it, causal ali
     CHECK_THAT(from_oracle, Catch::Contains(what));
     CHECK_THAT(from_module, Catch::Contains(what));
     CHECK_THAT(from_oracle, Catch::EndsWith("choose EmptyRowPolicy::Zero or ::Nan to allow empty rows"));
+}
+
+TEST_CASE("MHA oracle: bad input states are refused in the module's words (one shape contract)",
+          "[oracle][mha][errors]") {
+    attn::MhaConfig config;
+    config.embed_dim = 4, config.num_heads = 2;
+    const attn::MultiHeadAttention<float> m(config);
+    std::mt19937_64 rng(9);
+    const Tensor<float> x = uniform<float>({2, 3, 4}, 1.0, rng), wide = uniform<float>({2, 3, 5}, 1.0, rng),
+                        other_b = uniform<float>({1, 3, 4}, 1.0, rng), other_t = uniform<float>({2, 5, 4}, 1.0, rng),
+                        flat = uniform<float>({3, 4}, 1.0, rng);
+    const auto shape_error = [](auto&& f) {
+        try {
+            f();
+        } catch (const attn::ShapeError& e) {
+            const std::string what = e.what();
+            return what.substr(what.find(": "));  // without the function's name
+        }
+        FAIL("no ShapeError");
+        return std::string();
+    };
+    const std::vector<std::array<const Tensor<float>*, 3>> calls = {
+        {&x, &wide, &x}, {&x, &other_b, &other_b}, {&x, &x, &other_t}, {&flat, &x, &x}};
+    for (const auto& [q, k, v] : calls) {
+        const std::string from_oracle = shape_error([&] {
+            oracle::multi_head_attention<float>(m, q->view(), k->view(), v->view(), std::nullopt, {});
+        });
+        const std::string from_module = shape_error([&] { m.forward(q->view(), k->view(), v->view()); });
+        CHECK(from_oracle == from_module);
+        CHECK_THAT(from_oracle, Catch::Contains("query_states " + attn::to_string(q->shape())));
+    }
 }
 
 TEST_CASE("MHA oracle: the module's contracts and what it does not cover", "[oracle][mha][errors]") {

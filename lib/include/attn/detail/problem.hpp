@@ -92,6 +92,17 @@ Shape broadcast_batch_shapes(const std::string& function, const Shape& q_batch, 
 TensorView<const bool> broadcast_mask_to_scores(const std::string& function, TensorView<const bool> allowed_mask,
                                                 const Shape& target, const std::string& shapes);
 
+// The multi-head module's inputs, (B, T, features) each with widths E, kdim, vdim, one B, one Tk for key and value:
+// the sizes, and the "query_states [..], key_states [..], value_states [..]" list for messages. The module and the
+// oracle's MHA path both call it, so they refuse the same calls with the same words.
+struct MhaStates {
+    Index B = 0, Tq = 0, Tk = 0;
+    std::string shapes;
+};
+template <class T>
+MhaStates check_mha_states(const std::string& function, TensorView<const T> query_states, TensorView<const T> key_states,
+                           TensorView<const T> value_states, Index E, Index kdim, Index vdim);
+
 // The per-call options every layer shares: scale (when given) finite in the dtype T, num_threads >= 0.
 template <class T>
 void check_scale_and_threads(const std::string& function, std::optional<double> scale, int num_threads,
