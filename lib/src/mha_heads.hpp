@@ -13,19 +13,6 @@ namespace attn::detail {
 // ConfigError unless the dropout probability is in [0, 1).
 void check_dropout(const std::string& function, double p);
 
-// Masks resolved once per call: one allowed view broadcast to (B, H, Tq, Tk), owning storage when the caller's
-// mask and key padding had to be combined.
-struct HeadMasks {
-    std::optional<Tensor<bool>> owned;
-    std::optional<TensorView<const bool>> allowed;  // (B, H, Tq, Tk), stride 0 on broadcast dims
-    std::string shapes;                             // ", allowed_mask [..], key_padding_allowed [..]" for messages
-};
-
-// The mask contract (mha_mask_views) applied and the masks combined; `input_shapes` names the inputs in messages.
-HeadMasks resolve_masks(const std::string& function, const std::string& input_shapes,
-                        std::optional<TensorView<const bool>> allowed_mask, const MhaOptions& options, Index B,
-                        Index H, Index Tq, Index Tk);
-
 // The head path shared by the module and multi_head_sdpa, after validation and the contract checks:
 //   q (B, Tq, H*Dk), k (B, Tk, G*Dk), v (B, Tk, G*Dv) -> context (B, Tq, H*Dv) (+ weights).
 // Instantiated for float and double.

@@ -67,43 +67,31 @@ MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorV
     // The module's own shape contract, words included.
     const attn::detail::MhaStates states = attn::detail::check_mha_states(f, xq, xk, xv, p.E, p.kdim, p.vdim);
     const std::string& shape_list = states.shapes;
-    const std::string shapes = " (" + shape_list + ")";
     p.B = states.B, p.Tq = states.Tq, p.Tk = states.Tk;
+    attn::detail::check_scale_and_threads<T>(f, options.scale, options.num_threads, " (" + shape_list + ")");
     p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(p.Dh));
-    if (!std::isfinite(p.scale) || !std::isfinite(static_cast<T>(p.scale)))
-        throw ConfigError(f + ": scale must be finite in the input dtype, got " + std::to_string(p.scale));
 
+    // The module's mask contract and readability (attn/detail/problem.hpp), empty-row error included.
     const Index B = p.B, H = p.H, Tq = p.Tq, Tk = p.Tk;
-    const Shape target{B, H, Tq, Tk};
-    const MhaMaskViews views = mha_mask_views(f, shapes, allowed_mask, options.key_padding_allowed, B, H, Tq, Tk);
-    std::optional<TensorView<const bool>> mask4, padding4;
-    if (views.mask) mask4 = views.mask->broadcast_to(target, f, "allowed_mask");
-    if (views.padding) padding4 = views.padding->broadcast_to(target, f, "key_padding_allowed");
+    const attn::detail::HeadMasks masks = attn::detail::resolve_masks(f, shape_list, allowed_mask, options, B, H, Tq, Tk);
+    const attn::detail::HeadReadability readable =
+        attn::detail::head_readability(masks.allowed, options.is_causal, options.alignment, B, H, Tq, Tk);
+    attn::detail::throw_if_empty_head_row(f, readable, options.is_causal, options.alignment, options.empty_rows,
+                                          shape_list + masks.shapes);
     p.allowed.assign(static_cast<std::size_t>(B * H * Tq * Tk), 0);
-    p.nonempty.assign(static_cast<std::size_t>(B * H * Tq), 0);
+    p.nonempty = readable.row_nonempty;
     p.q_read.assign(static_cast<std::size_t>(B * Tq), 0);
     p.kv_read.assign(static_cast<std::size_t>(B * Tk), 0);
-    for (Index b = 0; b < B; ++b)
+    for (Index b = 0; b < B; ++b) {
+        for (Index i = 0; i < Tq; ++i) p.q_read[static_cast<std::size_t>(b * Tq + i)] = readable.some_head_reads_query(b, i);
+        for (Index j = 0; j < Tk; ++j) p.kv_read[static_cast<std::size_t>(b * Tk + j)] = readable.some_head_reads_key(b, j);
         for (Index h = 0; h < H; ++h)
             for (Index i = 0; i < Tq; ++i)
-                for (Index j = 0; j < Tk; ++j) {
-                    bool ok = !options.is_causal || causal_allows(i, j, Tq, Tk, options.alignment);
-                    if (ok && mask4) ok = (*mask4)({b, h, i, j});
-                    if (ok && padding4) ok = (*padding4)({b, h, i, j});
-                    if (!ok) continue;
-                    p.allowed[static_cast<std::size_t>(((b * H + h) * Tq + i) * Tk + j)] = 1;
-                    p.nonempty[static_cast<std::size_t>((b * H + h) * Tq + i)] = 1;
-                    p.q_read[static_cast<std::size_t>(b * Tq + i)] = 1;
-                    p.kv_read[static_cast<std::size_t>(b * Tk + j)] = 1;
-                }
-    if (options.empty_rows == EmptyRowPolicy::Throw)
-        for (Index b = 0; b < B; ++b)
-            for (Index h = 0; h < H; ++h)
-                for (Index i = 0; i < Tq; ++i)
-                    if (!p.nonempty[static_cast<std::size_t>((b * H + h) * Tq + i)])
-                        throw MaskError(no_allowed_key_message(
-                            f, "query row " + str(i) + " of batch " + str(b) + ", head " + str(h), Tq, Tk,
-                            options.is_causal, options.alignment, shape_list));
+                for (Index j = 0; j < Tk; ++j)
+                    p.allowed[static_cast<std::size_t>(((b * H + h) * Tq + i) * Tk + j)] =
+                        (!options.is_causal || causal_allows(i, j, Tq, Tk, options.alignment)) &&
+                        (!masks.allowed || (*masks.allowed)({b, h, i, j}));
+    }
     return p;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attn/mask.hpp"
+#include "attn/mha.hpp"
 #include "attn/sdpa.hpp"
 
 namespace attn {
@@ -153,6 +154,19 @@ struct HeadReadability {
 // once and copied).
 HeadReadability head_readability(const std::optional<TensorView<const bool>>& allowed, bool is_causal,
                                  CausalAlignment alignment, Index B, Index H, Index Tq, Index Tk);
+
+// The MHA module's masks (the module and the oracle's MHA path) resolved once per call: one allowed view broadcast to (B, H, Tq, Tk), owning storage when the caller's
+// mask and key padding had to be combined.
+struct HeadMasks {
+    std::optional<Tensor<bool>> owned;
+    std::optional<TensorView<const bool>> allowed;  // (B, H, Tq, Tk), stride 0 on broadcast dims
+    std::string shapes;                             // ", allowed_mask [..], key_padding_allowed [..]" for messages
+};
+
+// The mask contract (mha_mask_views) applied and the masks combined; `input_shapes` names the inputs in messages.
+HeadMasks resolve_masks(const std::string& function, const std::string& input_shapes,
+                        std::optional<TensorView<const bool>> allowed_mask, const MhaOptions& options, Index B,
+                        Index H, Index Tq, Index Tk);
 
 // Under EmptyRowPolicy::Throw, a MaskError naming batch, head and row of the first empty row.
 void throw_if_empty_head_row(const std::string& function, const HeadReadability& readable, bool is_causal,
