@@ -199,37 +199,138 @@ Tensor<bool> random_mask(const SdpaCase& c, int rank, double density, Rng& rng) 
     return random_allowed_mask(shape, density, rng);
 }
 
+// The parts of sdpa_case, each drawing from RapidCheck in the order sdpa_case calls them (so a seed gives the same
+// cases as when they were one function).
+
+// Shapes and K/V heads.
+void draw_shapes(SdpaCase& c, const CaseSpec& spec) {
+    // Shapes: edges (1) weighted against moderate sizes; one case in ten has Tk >= 64 so that the Tk*u term
+    // of the bound matters.
+    const bool long_rows = !spec.small && *rc::gen::weightedElement<int>({{9, 0}, {1, 1}}) == 1;
+    c.B = *rc::gen::weightedElement<Index>({{3, 1}, {3, 2}, {1, 3}});
+    c.H = *rc::gen::weightedElement<Index>({{3, 1}, {3, 2}, {1, 3}, {2, 4}, {1, 6}});
+    c.Tq = *seq_length();
+    const bool very_long = spec.very_long_keys && *rc::gen::weightedElement<int>({{9, 0}, {1, 1}}) == 1;
+    c.Tk = long_rows ? *inRange<Index>(64, 97) : *seq_length();
+    if (long_rows) c.B = 1, c.H = std::min<Index>(c.H, 2), c.Tq = std::min<Index>(c.Tq, 8);
+    if (very_long) c.Tk = *inRange<Index>(257, 600), c.B = 1, c.H = 1, c.Tq = std::min<Index>(c.Tq, 4);
+    if (spec.small) c.Tq = std::min<Index>(c.Tq, 9), c.Tk = std::min<Index>(c.Tk, 9);
+    c.Dk = *rc::gen::weightedOneOf<Index>({{1, rc::gen::just<Index>(1)}, {6, inRange<Index>(2, 17)},
+                                           {1, rc::gen::element<Index>(32, 64)}});
+    c.Dv = *rc::gen::weightedOneOf<Index>({{1, rc::gen::just<Index>(1)}, {4, inRange<Index>(2, 17)}});
+    if (spec.cross && c.Tq == c.Tk) c.Tk += 1;
+    if (spec.self) c.Tk = c.Tq, c.Dv = c.Dk;
+    // K/V heads: one per query head, one shared by all (stride 0), or grouped (GQA).
+    c.kv_heads = c.H;
+    if (spec.force_grouped && c.H == 1) c.H = *rc::gen::element<Index>(2, 3, 4, 6);
+    if ((spec.grouped_kv || spec.force_grouped) && c.H > 1) {
+        const int kv = spec.force_grouped ? *rc::gen::element(1, 2)
+                                          : *rc::gen::weightedElement<int>({{6, 0}, {2, 1}, {2, 2}});
+        if (kv == 1) c.kv_heads = 1;
+        if (kv == 2) c.kv_heads = c.H % 2 == 0 && c.H > 2 ? c.H / 2 : (c.H % 3 == 0 && c.H > 3 ? c.H / 3 : 1);
+    }
+}
+
+// The mask: its kind per spec, then the tensor (or the causal option); shapes may be adjusted to fit the kind.
+void draw_mask(SdpaCase& c, const CaseSpec& spec, Rng& rng) {
+    std::string kind;
+    switch (spec.masks) {
+        case Masks::Any:
+            kind = *rc::gen::weightedElement<std::string>({{3, "none"}, {2, "causal-tl"}, {2, "causal-br"},
+                                                           {2, "padding"}, {1, "causal-tl+padding"}, {3, "random"}});
+            break;
+        case Masks::None: kind = "none"; break;
+        case Masks::Blocking:
+            kind = *rc::gen::weightedElement<std::string>({{2, "causal-tl"}, {2, "causal-br"}, {2, "padding"},
+                                                           {1, "causal-tl+padding"}, {3, "random"}});
+            break;
+        case Masks::Causal: kind = *rc::gen::element<std::string>("causal-tl", "causal-br"); break;
+        case Masks::UnreadableKeys:
+            kind = *rc::gen::element<std::string>("padding", "causal-tl+padding", "causal-tl-short");
+            break;
+        case Masks::Explicit:
+            kind = *rc::gen::weightedElement<std::string>({{1, "causal-tl"}, {1, "causal-br"}, {1, "padding"},
+                                                           {1, "causal-tl+padding"}, {2, "random"}});
+            break;
+        case Masks::Broadcast: kind = *rc::gen::element<std::string>("padding", "random", "causal-tl"); break;
+        case Masks::EmptyRows: kind = "empty-rows"; break;
+    }
+    const bool explicit_only = spec.masks == Masks::Explicit || spec.masks == Masks::Broadcast;
+    if (kind == "causal-tl-short") {
+        // Top-left causal with Tk > Tq: keys Tq..Tk-1 are nobody's.
+        kind = "causal-tl";
+        if (c.Tk <= c.Tq) c.Tk = c.Tq + *inRange<Index>(1, 4);
+    }
+    if ((kind == "causal-br" || kind == "causal-tl+padding") && c.Tq > c.Tk) std::swap(c.Tq, c.Tk);
+    if (spec.masks == Masks::Blocking || spec.masks == Masks::UnreadableKeys)
+        if (c.Tk == 1) c.Tk = 2;
+    if (kind == "causal-tl" && spec.masks == Masks::Blocking && c.Tq == 1) c.Tq = 2;
+    if (kind == "causal-br" && spec.masks == Masks::Blocking && c.Tq == 1) c.Tq = 2, c.Tk = std::max<Index>(c.Tk, 2);
+    if (spec.self) c.Tk = c.Tq;
+    if (spec.cross && c.Tq == c.Tk) c.Tk += 1;
+    if (kind == "causal-tl" || kind == "causal-br") {
+        const CausalAlignment a = kind == "causal-tl" ? CausalAlignment::TopLeft : CausalAlignment::BottomRight;
+        const bool as_tensor = explicit_only || *rc::gen::weightedElement<int>({{2, 0}, {1, 1}}) == 1;
+        if (as_tensor) {
+            c.allowed_mask = causal_allowed_mask(c.Tq, c.Tk, a);
+        } else {
+            c.options.is_causal = true;
+            c.options.alignment = a;
+        }
+    } else if (kind == "padding") {
+        c.allowed_mask = padding_mask(c.B, c.Tk, *rc::gen::arbitrary<bool>(),
+                                      spec.masks == Masks::UnreadableKeys || spec.masks == Masks::Blocking, rng);
+    } else if (kind == "causal-tl+padding") {
+        const Tensor<bool> pad = padding_mask(c.B, c.Tk, true, spec.masks == Masks::UnreadableKeys, rng);
+        const Tensor<bool> causal = causal_allowed_mask(c.Tq, c.Tk, CausalAlignment::TopLeft);
+        c.allowed_mask = logical_and(pad.view(), causal.view());  // (B, 1, Tq, Tk)
+    } else if (kind == "random") {
+        const int rank = *rc::gen::element(2, 3, 4);
+        const double density = *rc::gen::element(0.15, 0.5, 0.9);
+        c.allowed_mask = random_mask(c, rank, density, rng);
+        if (spec.masks == Masks::Blocking) {
+            // At least one blocked position.
+            Tensor<bool>& m = *c.allowed_mask;
+            bool blocked = false;
+            for (Index i = 0; i < m.numel(); ++i) blocked |= !m[i];
+            if (!blocked) m[0] = false, m[1] = true;  // Tk >= 2 here
+        }
+    } else if (kind == "empty-rows") {
+        // A random (B, H|1, Tq, Tk) mask with at least one all-false row.
+        const int rank = *rc::gen::element(2, 4);
+        const double density = *rc::gen::element(0.3, 0.8);
+        Tensor<bool> m = random_mask(c, rank, density, rng);
+        const Index rows = m.numel() / c.Tk;
+        const Index empties = 1 + static_cast<Index>(rng.below(static_cast<std::uint64_t>(rows)));
+        for (Index e = 0; e < empties; ++e) {
+            const Index r = static_cast<Index>(rng.below(static_cast<std::uint64_t>(rows)));
+            for (Index j = 0; j < c.Tk; ++j) m[r * c.Tk + j] = false;
+        }
+        c.allowed_mask = std::move(m);
+    }
+    c.mask_kind = kind;
+    if (c.allowed_mask && c.allowed_mask->rank() <= 4) {
+        const int p = spec.masks == Masks::Broadcast ? 3 : 1;
+        c.mask_stride0 = *rc::gen::weightedElement<int>({{4, 0}, {p, 1}}) == 1;
+    }
+}
+
+// Scale, threads and the empty-row policy.
+void draw_options(SdpaCase& c, Dtype dtype, const CaseSpec& spec) {
+    if (*rc::gen::weightedElement<int>({{6, 0}, {1, 1}}) == 1)
+        c.options.scale = round_to(dtype, *rc::gen::element(0.5, 1.0, 0.125, 2.0, 0.3));
+    c.options.num_threads = *rc::gen::weightedElement<int>({{6, 0}, {1, 1}, {1, 2}, {1, 3}});
+    if (spec.masks != Masks::EmptyRows && *rc::gen::weightedElement<int>({{3, 0}, {1, 1}}) == 1)
+        c.options.empty_rows = EmptyRowPolicy::Zero;
+}
+
 }  // namespace
 
 rc::Gen<SdpaCase> sdpa_case(Dtype dtype, CaseSpec spec) {
     return rc::gen::exec([dtype, spec] {
         SdpaCase c;
         c.dtype = dtype;
-        // Shapes: edges (1) weighted against moderate sizes; one case in ten has Tk >= 64 so that the Tk*u term
-        // of the bound matters.
-        const bool long_rows = !spec.small && *rc::gen::weightedElement<int>({{9, 0}, {1, 1}}) == 1;
-        c.B = *rc::gen::weightedElement<Index>({{3, 1}, {3, 2}, {1, 3}});
-        c.H = *rc::gen::weightedElement<Index>({{3, 1}, {3, 2}, {1, 3}, {2, 4}, {1, 6}});
-        c.Tq = *seq_length();
-        const bool very_long = spec.very_long_keys && *rc::gen::weightedElement<int>({{9, 0}, {1, 1}}) == 1;
-        c.Tk = long_rows ? *inRange<Index>(64, 97) : *seq_length();
-        if (long_rows) c.B = 1, c.H = std::min<Index>(c.H, 2), c.Tq = std::min<Index>(c.Tq, 8);
-        if (very_long) c.Tk = *inRange<Index>(257, 600), c.B = 1, c.H = 1, c.Tq = std::min<Index>(c.Tq, 4);
-        if (spec.small) c.Tq = std::min<Index>(c.Tq, 9), c.Tk = std::min<Index>(c.Tk, 9);
-        c.Dk = *rc::gen::weightedOneOf<Index>({{1, rc::gen::just<Index>(1)}, {6, inRange<Index>(2, 17)},
-                                               {1, rc::gen::element<Index>(32, 64)}});
-        c.Dv = *rc::gen::weightedOneOf<Index>({{1, rc::gen::just<Index>(1)}, {4, inRange<Index>(2, 17)}});
-        if (spec.cross && c.Tq == c.Tk) c.Tk += 1;
-        if (spec.self) c.Tk = c.Tq, c.Dv = c.Dk;
-        // K/V heads: one per query head, one shared by all (stride 0), or grouped (GQA).
-        c.kv_heads = c.H;
-        if (spec.force_grouped && c.H == 1) c.H = *rc::gen::element<Index>(2, 3, 4, 6);
-        if ((spec.grouped_kv || spec.force_grouped) && c.H > 1) {
-            const int kv = spec.force_grouped ? *rc::gen::element(1, 2)
-                                              : *rc::gen::weightedElement<int>({{6, 0}, {2, 1}, {2, 2}});
-            if (kv == 1) c.kv_heads = 1;
-            if (kv == 2) c.kv_heads = c.H % 2 == 0 && c.H > 2 ? c.H / 2 : (c.H % 3 == 0 && c.H > 3 ? c.H / 3 : 1);
-        }
+        draw_shapes(c, spec);
         // Values.
         const Values values = *rc::gen::weightedElement<Values>({{6, Values::Normal}, {2, Values::Uniform},
                                                                  {2, Values::Huge}, {2, Values::Tiny},
@@ -237,97 +338,13 @@ rc::Gen<SdpaCase> sdpa_case(Dtype dtype, CaseSpec spec) {
                                                                  {3, Values::Ties}, {3, Values::LargeLogits}});
         const std::uint64_t seed = *rc::gen::arbitrary<std::uint64_t>();
         Rng rng(seed ^ 0x5eedULL);
-        // Masks.
-        std::string kind;
-        switch (spec.masks) {
-            case Masks::Any:
-                kind = *rc::gen::weightedElement<std::string>({{3, "none"}, {2, "causal-tl"}, {2, "causal-br"},
-                                                               {2, "padding"}, {1, "causal-tl+padding"}, {3, "random"}});
-                break;
-            case Masks::None: kind = "none"; break;
-            case Masks::Blocking:
-                kind = *rc::gen::weightedElement<std::string>({{2, "causal-tl"}, {2, "causal-br"}, {2, "padding"},
-                                                               {1, "causal-tl+padding"}, {3, "random"}});
-                break;
-            case Masks::Causal: kind = *rc::gen::element<std::string>("causal-tl", "causal-br"); break;
-            case Masks::UnreadableKeys:
-                kind = *rc::gen::element<std::string>("padding", "causal-tl+padding", "causal-tl-short");
-                break;
-            case Masks::Explicit:
-                kind = *rc::gen::weightedElement<std::string>({{1, "causal-tl"}, {1, "causal-br"}, {1, "padding"},
-                                                               {1, "causal-tl+padding"}, {2, "random"}});
-                break;
-            case Masks::Broadcast: kind = *rc::gen::element<std::string>("padding", "random", "causal-tl"); break;
-            case Masks::EmptyRows: kind = "empty-rows"; break;
-        }
-        const bool explicit_only = spec.masks == Masks::Explicit || spec.masks == Masks::Broadcast;
-        if (kind == "causal-tl-short") {
-            // Top-left causal with Tk > Tq: keys Tq..Tk-1 are nobody's.
-            kind = "causal-tl";
-            if (c.Tk <= c.Tq) c.Tk = c.Tq + *inRange<Index>(1, 4);
-        }
-        if ((kind == "causal-br" || kind == "causal-tl+padding") && c.Tq > c.Tk) std::swap(c.Tq, c.Tk);
-        if (spec.masks == Masks::Blocking || spec.masks == Masks::UnreadableKeys)
-            if (c.Tk == 1) c.Tk = 2;
-        if (kind == "causal-tl" && spec.masks == Masks::Blocking && c.Tq == 1) c.Tq = 2;
-        if (kind == "causal-br" && spec.masks == Masks::Blocking && c.Tq == 1) c.Tq = 2, c.Tk = std::max<Index>(c.Tk, 2);
-        if (spec.self) c.Tk = c.Tq;
-        if (spec.cross && c.Tq == c.Tk) c.Tk += 1;
-        if (kind == "causal-tl" || kind == "causal-br") {
-            const CausalAlignment a = kind == "causal-tl" ? CausalAlignment::TopLeft : CausalAlignment::BottomRight;
-            const bool as_tensor = explicit_only || *rc::gen::weightedElement<int>({{2, 0}, {1, 1}}) == 1;
-            if (as_tensor) {
-                c.allowed_mask = causal_allowed_mask(c.Tq, c.Tk, a);
-            } else {
-                c.options.is_causal = true;
-                c.options.alignment = a;
-            }
-        } else if (kind == "padding") {
-            c.allowed_mask = padding_mask(c.B, c.Tk, *rc::gen::arbitrary<bool>(),
-                                          spec.masks == Masks::UnreadableKeys || spec.masks == Masks::Blocking, rng);
-        } else if (kind == "causal-tl+padding") {
-            const Tensor<bool> pad = padding_mask(c.B, c.Tk, true, spec.masks == Masks::UnreadableKeys, rng);
-            const Tensor<bool> causal = causal_allowed_mask(c.Tq, c.Tk, CausalAlignment::TopLeft);
-            c.allowed_mask = logical_and(pad.view(), causal.view());  // (B, 1, Tq, Tk)
-        } else if (kind == "random") {
-            const int rank = *rc::gen::element(2, 3, 4);
-            const double density = *rc::gen::element(0.15, 0.5, 0.9);
-            c.allowed_mask = random_mask(c, rank, density, rng);
-            if (spec.masks == Masks::Blocking) {
-                // At least one blocked position.
-                Tensor<bool>& m = *c.allowed_mask;
-                bool blocked = false;
-                for (Index i = 0; i < m.numel(); ++i) blocked |= !m[i];
-                if (!blocked) m[0] = false, m[1] = true;  // Tk >= 2 here
-            }
-        } else if (kind == "empty-rows") {
-            // A random (B, H|1, Tq, Tk) mask with at least one all-false row.
-            const int rank = *rc::gen::element(2, 4);
-            const double density = *rc::gen::element(0.3, 0.8);
-            Tensor<bool> m = random_mask(c, rank, density, rng);
-            const Index rows = m.numel() / c.Tk;
-            const Index empties = 1 + static_cast<Index>(rng.below(static_cast<std::uint64_t>(rows)));
-            for (Index e = 0; e < empties; ++e) {
-                const Index r = static_cast<Index>(rng.below(static_cast<std::uint64_t>(rows)));
-                for (Index j = 0; j < c.Tk; ++j) m[r * c.Tk + j] = false;
-            }
-            c.allowed_mask = std::move(m);
-        }
-        c.mask_kind = kind;
-        if (c.allowed_mask && c.allowed_mask->rank() <= 4) {
-            const int p = spec.masks == Masks::Broadcast ? 3 : 1;
-            c.mask_stride0 = *rc::gen::weightedElement<int>({{4, 0}, {p, 1}}) == 1;
-        }
+        draw_mask(c, spec, rng);
         fill_values(c, values, seed);
         c.aux_seed = *rc::gen::arbitrary<std::uint64_t>();
-        // Options.
-        if (*rc::gen::weightedElement<int>({{6, 0}, {1, 1}}) == 1)
-            c.options.scale = round_to(dtype, *rc::gen::element(0.5, 1.0, 0.125, 2.0, 0.3));
-        c.options.num_threads = *rc::gen::weightedElement<int>({{6, 0}, {1, 1}, {1, 2}, {1, 3}});
-        if (spec.masks != Masks::EmptyRows && *rc::gen::weightedElement<int>({{3, 0}, {1, 1}}) == 1)
-            c.options.empty_rows = EmptyRowPolicy::Zero;
+        draw_options(c, dtype, spec);
         return c;
     });
 }
+
 
 }  // namespace attn::suite::gen

@@ -182,6 +182,9 @@ bool all_finite(const T* s, Index count) {
 }
 
 // Query rows [i0, i1) of batch element b; writes output rows (i1 - i0, Dv).
+// One function of ~140 lines on purpose: it is the kernel's hot loop over key blocks, and its six steps (pack,
+// scores, mask, online softmax, P V, normalise; numbered in the body) share the tile's workspace pointers, block
+// bounds and row state: split, each step would take a dozen of them as arguments.
 template <class T>
 void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& options, Index b, Index i0, Index i1,
           const Layout& L, Workspace<T>& w, T* out) {

@@ -100,95 +100,81 @@ const char* colour(Dtype dtype) { return dtype == Dtype::Float ? "#1f77b4" : "#d
 // Unit roundoff u of the dtype: 2^-24 for float, 2^-53 for double.
 double unit_roundoff(Dtype dtype) { return dtype == Dtype::Float ? 0x1.0p-24 : 0x1.0p-53; }
 
-}  // namespace
-
-Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
-    Plots result;
-    if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
-        result.problems.push_back("gnuplot is not installed (Debian package gnuplot-nox); no plots were drawn");
-        return result;
-    }
-    const fs::path plot_dir = fs::path(report_dir) / "plots";
-    fs::create_directories(plot_dir);
-    const fs::path work = fs::temp_directory_path() / ("attn-report-" + std::to_string(::getpid()));
-    fs::create_directories(work);
-
-    std::vector<std::string> impls;
-    for (const Row& row : rows)
-        if (std::find(impls.begin(), impls.end(), row.impl) == impls.end()) impls.push_back(row.impl);
+// One implementation's rows of one sweep as a three-panel plot (ulps, relative error, tightness); nothing when it
+// has no rows there.
+void plot_sweep(const std::vector<Row>& rows, const std::string& impl, const Sweep& sweep, const fs::path& work,
+                const fs::path& plot_dir, Plots& result) {
     const std::string terminal = "set terminal svg size 1500,500 font 'Helvetica,13' background rgb 'white' noenhanced\n";
-
-    for (const std::string& impl : impls) {
-        for (const Sweep& sweep : sweeps) {
-            std::map<Dtype, std::vector<const Row*>> series;
-            const Row* first = nullptr;
-            for (const Row& row : rows) {
-                if (row.impl != impl || row.grid_case.sweep != sweep.name || !row.error.empty()) continue;
-                series[row.dtype].push_back(&row);
-                if (!first) first = &row;
-            }
-            if (!first) continue;
-            std::vector<double> ulps, rels, tightness;
-            for (auto& [dtype, list] : series) {
-                std::sort(list.begin(), list.end(),
-                          [&](const Row* a, const Row* b) { return sweep.x(a->grid_case) < sweep.x(b->grid_case); });
-                for (const Row* r : list) {
-                    ulps.push_back(r->max_ulp);
-                    ulps.push_back(r->p99_ulp);
-                    rels.push_back(r->max_rel / unit_roundoff(dtype));
-                    tightness.push_back(r->max_tightness);
-                }
-            }
-            const LogAxis ulp_axis = log_axis(ulps, 1);
-            const LogAxis rel_axis = log_axis(rels, 1);
-            const LogAxis tight_axis = log_axis(tightness, 1);
-            const std::string base = std::string(sweep.file) + "_" + impl;
-            std::ostringstream ulp_plot, rel_plot, tight_plot;
-            for (auto& [dtype, list] : series) {
-                const fs::path data = work / (base + "_" + to_string(dtype) + ".dat");
-                std::ofstream out(data);
-                out << "# x max_ulp p99_ulp max_rel/u max_tightness\n";
-                for (const Row* r : list)
-                    out << sweep.x(r->grid_case) << " " << shown(r->max_ulp, ulp_axis) << " "
-                        << shown(r->p99_ulp, ulp_axis) << " " << shown(r->max_rel / unit_roundoff(dtype), rel_axis)
-                        << " " << shown(r->max_tightness, tight_axis) << "\n";
-                const std::string d = quoted(data.string()), c = colour(dtype), n = to_string(dtype);
-                const std::string sep = ulp_plot.tellp() > 0 ? ", " : "";
-                ulp_plot << sep << d << " using 1:2 with linespoints lw 2 pt 7 lc rgb '" << c << "' title '" << n
-                         << " max', " << d << " using 1:3 with linespoints lw 1.5 dt 2 pt 6 lc rgb '" << c
-                         << "' title '" << n << " p99'";
-                rel_plot << sep << d << " using 1:4 with linespoints lw 2 pt 7 lc rgb '" << c << "' title '" << n << "'";
-                tight_plot << sep << d << " using 1:5 with linespoints lw 2 pt 7 lc rgb '" << c << "' title '" << n << "'";
-            }
-            const fs::path svg = plot_dir / (base + ".svg");
-            const fs::path script = work / (base + ".gp");
-            std::ofstream gp(script);
-            const auto panel = [&](const char* title, const char* ylabel, const LogAxis& axis) {
-                gp << "set title '" << title << "'\nset ylabel '" << ylabel << "'\n"
-                   << "set yrange [" << fmt_g(axis.zero_at / 2) << ":*]\nset ytics " << axis.tics << "\n";
-            };
-            gp << terminal << "set output " << quoted(svg.string()) << "\n"
-               << "set multiplot layout 1,3 title "
-               << quoted(impl + ": " + sweep.what + " (" + fixed_fields(sweep, first->grid_case) + ")") << "\n"
-               << "set logscale x 2\nset logscale y 10\nset grid\nset key below horizontal height 1\n"
-               << "set xlabel " << quoted(sweep.xlabel) << "\n";
-            panel("error in ulps (max, 99th percentile)", "ulps of the dtype", ulp_axis);
-            gp << "plot " << ulp_plot.str() << "\n";
-            panel("max relative error / u", "relative error in units of u", rel_axis);
-            gp << "plot " << rel_plot.str() << "\n";
-            panel("max error / bound (tightness)", "tightness (> 1 is a violation)", tight_axis);
-            gp << "plot " << tight_plot.str() << ", 1 with lines dt 3 lw 2 lc rgb 'black' title 'bound'\n"
-               << "unset multiplot\n";
-            gp.close();
-            std::string problem;
-            if (run_gnuplot(script, problem))
-                result.plots.push_back({"plots/" + base + ".svg", impl + ": " + sweep.what, impl});
-            else
-                result.problems.push_back(problem);
+    std::map<Dtype, std::vector<const Row*>> series;
+    const Row* first = nullptr;
+    for (const Row& row : rows) {
+        if (row.impl != impl || row.grid_case.sweep != sweep.name || !row.error.empty()) continue;
+        series[row.dtype].push_back(&row);
+        if (!first) first = &row;
+    }
+    if (!first) return;
+    std::vector<double> ulps, rels, tightness;
+    for (auto& [dtype, list] : series) {
+        std::sort(list.begin(), list.end(),
+                  [&](const Row* a, const Row* b) { return sweep.x(a->grid_case) < sweep.x(b->grid_case); });
+        for (const Row* r : list) {
+            ulps.push_back(r->max_ulp);
+            ulps.push_back(r->p99_ulp);
+            rels.push_back(r->max_rel / unit_roundoff(dtype));
+            tightness.push_back(r->max_tightness);
         }
     }
+    const LogAxis ulp_axis = log_axis(ulps, 1);
+    const LogAxis rel_axis = log_axis(rels, 1);
+    const LogAxis tight_axis = log_axis(tightness, 1);
+    const std::string base = std::string(sweep.file) + "_" + impl;
+    std::ostringstream ulp_plot, rel_plot, tight_plot;
+    for (auto& [dtype, list] : series) {
+        const fs::path data = work / (base + "_" + to_string(dtype) + ".dat");
+        std::ofstream out(data);
+        out << "# x max_ulp p99_ulp max_rel/u max_tightness\n";
+        for (const Row* r : list)
+            out << sweep.x(r->grid_case) << " " << shown(r->max_ulp, ulp_axis) << " "
+                << shown(r->p99_ulp, ulp_axis) << " " << shown(r->max_rel / unit_roundoff(dtype), rel_axis)
+                << " " << shown(r->max_tightness, tight_axis) << "\n";
+        const std::string d = quoted(data.string()), c = colour(dtype), n = to_string(dtype);
+        const std::string sep = ulp_plot.tellp() > 0 ? ", " : "";
+        ulp_plot << sep << d << " using 1:2 with linespoints lw 2 pt 7 lc rgb '" << c << "' title '" << n
+                 << " max', " << d << " using 1:3 with linespoints lw 1.5 dt 2 pt 6 lc rgb '" << c
+                 << "' title '" << n << " p99'";
+        rel_plot << sep << d << " using 1:4 with linespoints lw 2 pt 7 lc rgb '" << c << "' title '" << n << "'";
+        tight_plot << sep << d << " using 1:5 with linespoints lw 2 pt 7 lc rgb '" << c << "' title '" << n << "'";
+    }
+    const fs::path svg = plot_dir / (base + ".svg");
+    const fs::path script = work / (base + ".gp");
+    std::ofstream gp(script);
+    const auto panel = [&](const char* title, const char* ylabel, const LogAxis& axis) {
+        gp << "set title '" << title << "'\nset ylabel '" << ylabel << "'\n"
+           << "set yrange [" << fmt_g(axis.zero_at / 2) << ":*]\nset ytics " << axis.tics << "\n";
+    };
+    gp << terminal << "set output " << quoted(svg.string()) << "\n"
+       << "set multiplot layout 1,3 title "
+       << quoted(impl + ": " + sweep.what + " (" + fixed_fields(sweep, first->grid_case) + ")") << "\n"
+       << "set logscale x 2\nset logscale y 10\nset grid\nset key below horizontal height 1\n"
+       << "set xlabel " << quoted(sweep.xlabel) << "\n";
+    panel("error in ulps (max, 99th percentile)", "ulps of the dtype", ulp_axis);
+    gp << "plot " << ulp_plot.str() << "\n";
+    panel("max relative error / u", "relative error in units of u", rel_axis);
+    gp << "plot " << rel_plot.str() << "\n";
+    panel("max error / bound (tightness)", "tightness (> 1 is a violation)", tight_axis);
+    gp << "plot " << tight_plot.str() << ", 1 with lines dt 3 lw 2 lc rgb 'black' title 'bound'\n"
+       << "unset multiplot\n";
+    gp.close();
+    std::string problem;
+    if (run_gnuplot(script, problem))
+        result.plots.push_back({"plots/" + base + ".svg", impl + ": " + sweep.what, impl});
+    else
+        result.problems.push_back(problem);
+}
 
-    // Histogram of the rows' max tightness, one decade per bin, one bar per implementation x dtype.
+// Histogram of the rows' max tightness, one decade per bin, one bar per implementation x dtype.
+void plot_tightness_histogram(const std::vector<Row>& rows, const fs::path& work, const fs::path& plot_dir,
+                              Plots& result) {
     std::vector<std::string> series_names;
     std::map<std::string, std::map<int, Index>> counts;  // series -> decade (INT_MIN: exact, 1: violation) -> rows
     int lowest = 0;
@@ -243,6 +229,28 @@ Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
         else
             result.problems.push_back(problem);
     }
+}
+
+}  // namespace
+
+Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
+    Plots result;
+    if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
+        result.problems.push_back("gnuplot is not installed (Debian package gnuplot-nox); no plots were drawn");
+        return result;
+    }
+    const fs::path plot_dir = fs::path(report_dir) / "plots";
+    fs::create_directories(plot_dir);
+    const fs::path work = fs::temp_directory_path() / ("attn-report-" + std::to_string(::getpid()));
+    fs::create_directories(work);
+
+    std::vector<std::string> impls;
+    for (const Row& row : rows)
+        if (std::find(impls.begin(), impls.end(), row.impl) == impls.end()) impls.push_back(row.impl);
+    for (const std::string& impl : impls)
+        for (const Sweep& sweep : sweeps) plot_sweep(rows, impl, sweep, work, plot_dir, result);
+    plot_tightness_histogram(rows, work, plot_dir, result);
+
     std::error_code ignored;
     fs::remove_all(work, ignored);
     return result;
