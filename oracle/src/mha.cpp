@@ -99,9 +99,9 @@ template <class T>
 void require_finite(const std::string& f, const char* name, TensorView<const T> x, Index b, Index t) {
     for (Index c = 0; c < x.dim(2); ++c)
         if (!std::isfinite(x({b, t, c})))
-            throw ValueError(f + ": " + name + " " + to_string(x.shape()) + " holds " + std::to_string(x({b, t, c})) +
-                             " at batch " + str(b) + ", row " + str(t) + ", column " + str(c) +
-                             ", a position some query reads (the oracle needs finite inputs there)");
+            attn::detail::throw_not_finite(f, name, x.shape(), static_cast<double>(x({b, t, c})),
+                                           attn::detail::batch_row_column(to_string(Shape{b}), t, c),
+                                           "a position some query reads (the oracle needs finite inputs there)");
 }
 
 template <class T>

@@ -279,4 +279,26 @@ TEST_CASE("MHA oracle: the module's contracts and what it does not cover", "[ora
     bad[1] = NAN;
     CHECK_THROWS_AS(oracle::multi_head_attention<float>(m, bad.view(), x.view(), x.view(), std::nullopt, {}),
                     attn::ValueError);
+    // Worded as the module words it (one function words every non-finite value); only the reason differs.
+    const auto value_error = [](auto&& f) {
+        try {
+            f();
+        } catch (const attn::ValueError& e) {
+            return std::string(e.what());
+        }
+        FAIL("no ValueError");
+        return std::string();
+    };
+    const std::string where = ": query_states [1,3,4] holds nan at batch index [0], row 0, column 1, a position some "
+                              "query reads (";
+    attn::MhaOptions eval;  // dropout off: the module and the oracle compute the same thing
+    const attn::MultiHeadAttention<float> plain([] {
+        attn::MhaConfig c;
+        c.embed_dim = 4, c.num_heads = 2;
+        return c;
+    }());
+    CHECK_THAT(value_error([&] { oracle::multi_head_attention<float>(plain, bad.view(), x.view(), x.view(), std::nullopt, eval); }),
+               Catch::Contains(where) && Catch::EndsWith("(the oracle needs finite inputs there)"));
+    CHECK_THAT(value_error([&] { plain.forward(bad.view(), x.view(), x.view(), std::nullopt, eval); }),
+               Catch::Contains(where));
 }
