@@ -2,6 +2,8 @@
 // within the bound over random configurations, the bound is not vacuous, and an element moved past it is caught.
 #include <catch2/catch.hpp>
 
+#include "error_message.hpp"
+
 #include <array>
 
 #include <algorithm>
@@ -202,15 +204,7 @@ TEST_CASE("MHA oracle: an empty row is worded as the module words it, causal ali
     attn::MhaOptions causal;  // bottom-right with Tq=3 > Tk=2: row 0 reads nothing
     causal.is_causal = true;
     causal.alignment = attn::CausalAlignment::BottomRight;
-    const auto message = [](auto&& f) {
-        try {
-            f();
-        } catch (const attn::MaskError& e) {
-            return std::string(e.what());
-        }
-        FAIL("no MaskError");
-        return std::string();
-    };
+    const auto message = [](auto&& f) { return attn::test::error_message<attn::MaskError>(f); };
     const std::string from_oracle = message([&] {
         oracle::multi_head_attention<float>(m, xq.view(), xk.view(), xk.view(), std::nullopt, causal);
     });
@@ -232,14 +226,8 @@ TEST_CASE("MHA oracle: bad input states are refused in the module's words (one s
                         other_b = uniform<float>({1, 3, 4}, 1.0, rng), other_t = uniform<float>({2, 5, 4}, 1.0, rng),
                         flat = uniform<float>({3, 4}, 1.0, rng);
     const auto shape_error = [](auto&& f) {
-        try {
-            f();
-        } catch (const attn::ShapeError& e) {
-            const std::string what = e.what();
-            return what.substr(what.find(": "));  // without the function's name
-        }
-        FAIL("no ShapeError");
-        return std::string();
+        const std::string what = attn::test::error_message<attn::ShapeError>(f);
+        return what.substr(what.find(": "));  // without the function's name
     };
     const std::vector<std::array<const Tensor<float>*, 3>> calls = {
         {&x, &wide, &x}, {&x, &other_b, &other_b}, {&x, &x, &other_t}, {&flat, &x, &x}};
@@ -280,15 +268,7 @@ TEST_CASE("MHA oracle: the module's contracts and what it does not cover", "[ora
     CHECK_THROWS_AS(oracle::multi_head_attention<float>(m, bad.view(), x.view(), x.view(), std::nullopt, {}),
                     attn::ValueError);
     // Worded as the module words it (one function words every non-finite value); only the reason differs.
-    const auto value_error = [](auto&& f) {
-        try {
-            f();
-        } catch (const attn::ValueError& e) {
-            return std::string(e.what());
-        }
-        FAIL("no ValueError");
-        return std::string();
-    };
+    const auto value_error = [](auto&& f) { return attn::test::error_message<attn::ValueError>(f); };
     const std::string where = ": query_states [1,3,4] holds nan at batch index [0], row 0, column 1, a position some "
                               "query reads (";
     attn::MhaOptions eval;  // dropout off: the module and the oracle compute the same thing
