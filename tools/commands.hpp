@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "attn/sdpa.hpp"
 
@@ -28,6 +29,16 @@ inline SdpaOptions sdpa_options_from(std::optional<double> scale, const std::str
 
 // Where the committed accuracy baselines live, one per numerics fingerprint (reports/README.md, "Drift").
 inline std::string baselines_dir() { return std::string(ATTN_SOURCE_DIR) + "/reports/baselines"; }
+
+// The known names closest to `word` (edit distance at most 2, or a prefix of it), best first: for "did you mean".
+std::vector<std::string> closest_names(const std::string& word, const std::vector<std::string>& known);
+// " (did you mean a or b?)", or "" when nothing is close.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& known);
+
+// A library error message in the command line's terms: the options a CLI user types instead of the C++ names
+// (EmptyRowPolicy::Zero -> --empty-rows zero, Backend::Reference -> --backend reference, check_finite ->
+// --no-check-finite).
+std::string in_cli_terms(const std::string& message);
 
 using Action = std::function<int()>;
 

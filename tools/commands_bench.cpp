@@ -142,22 +142,28 @@ json print_rows(Measured& m) {
                 "Tq", "Tk", "D", "ms", "[min, max]", "GFLOP/s", "% gemm", "x naive", "cpu ms", "% gemm cpu");
     for (const std::string& name : m.order) {
         const Row& r = m.by_name[name];
-        const double pct = 100.0 * r.gflops() / m.gemm_gflops[{r.dtype, r.threads}];
+        // Ratios to the gemm limit only when its row ran (--filter may leave it out): "-" and null otherwise.
+        const auto gemm = m.gemm_gflops.find({r.dtype, r.threads});
+        const auto gemm_cpu = m.gemm_cpu_ms.find({r.dtype, r.threads});
+        const bool have_gemm = gemm != m.gemm_gflops.end() && gemm_cpu != m.gemm_cpu_ms.end();
+        const double pct = have_gemm ? 100.0 * r.gflops() / gemm->second : 0.0;
+        // Same ratio on the calling thread's CPU time: immune to other processes on 1-thread rows.
+        const double pct_cpu = have_gemm ? 100.0 * gemm_cpu->second / (r.cpu_median() / r.flop) : 0.0;
         const auto naive = m.naive_ms.find({r.dtype, r.threads, r.kase, r.Tq, r.Tk});
         const double speedup = naive != m.naive_ms.end() ? naive->second / r.median() : 0.0;
-        std::printf("%-9s %-6s %2d %-6s %5ld %5ld %4ld %10.2f [%8.2f, %8.2f] %8.1f %7.1f%% ", r.impl.c_str(),
-                    r.dtype.c_str(), r.threads, r.kase.c_str(), r.Tq, r.Tk, r.D, r.median(), r.min(), r.max(),
-                    r.gflops(), pct);
+        std::printf("%-9s %-6s %2d %-6s %5ld %5ld %4ld %10.2f [%8.2f, %8.2f] %8.1f ", r.impl.c_str(), r.dtype.c_str(),
+                    r.threads, r.kase.c_str(), r.Tq, r.Tk, r.D, r.median(), r.min(), r.max(), r.gflops());
+        if (have_gemm) std::printf("%7.1f%% ", pct);
+        else std::printf("%8s ", "-");
         if (speedup > 0) std::printf("%7.2fx ", speedup);
         else std::printf("%8s ", "-");
-        // Same ratio on the calling thread's CPU time: immune to other processes on 1-thread rows.
-        const double pct_cpu = 100.0 * m.gemm_cpu_ms[{r.dtype, r.threads}] / (r.cpu_median() / r.flop);
-        std::printf("%10.2f %10.1f%%\n", r.cpu_median(), pct_cpu);
+        if (have_gemm) std::printf("%10.2f %10.1f%%\n", r.cpu_median(), pct_cpu);
+        else std::printf("%10.2f %11s\n", r.cpu_median(), "-");
         rows.push_back({{"config", r.config}, {"impl", r.impl}, {"dtype", r.dtype}, {"threads", r.threads}, {"case", r.kase},
                         {"Tq", r.Tq}, {"Tk", r.Tk}, {"D", r.D}, {"ms", r.median()}, {"ms_min", r.min()},
                         {"ms_max", r.max()}, {"repetitions", r.ms.size()}, {"gflops", r.gflops()},
-                        {"pct_of_gemm", pct}, {"speedup_over_naive", speedup}, {"cpu_ms", r.cpu_median()},
-                        {"pct_of_gemm_cpu", pct_cpu}});
+                        {"pct_of_gemm", have_gemm ? json(pct) : json(nullptr)}, {"speedup_over_naive", speedup},
+                        {"cpu_ms", r.cpu_median()}, {"pct_of_gemm_cpu", have_gemm ? json(pct_cpu) : json(nullptr)}});
     }
 
     return rows;

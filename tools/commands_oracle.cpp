@@ -60,7 +60,7 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
                     "Oracle working precision: 0 = default (114-bit MPFR with exact double-double kernels); "
                     "otherwise all-MPFR at 114, 261 or 516 bits")
         ->capture_default_str()
-        ->check(CLI::Range(0, 516));
+        ->check(CLI::IsMember({0, 114, 261, 516}));
     cmd->add_option("--model", args.model,
                     "Error model of the implementation the bound is for: generic (unknown kernel), reference "
                     "(the library's reference backend) or tiled (online softmax, see --key-block)")

@@ -1,4 +1,5 @@
 // `attn properties`, `attn mutants` and `attn search`: the property suite from the command line.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -82,6 +83,14 @@ std::vector<const suite::Implementation*> selected(const Args& args) {
 int run_properties(const Args& args, suite::RunSettings settings) {
     using namespace attn::suite;
     settings.regressions_dir = cases_dir();
+    if (!args.property.empty() && std::none_of(properties().begin(), properties().end(),
+                                               [&](const Property& p) { return p.name == args.property; })) {
+        std::vector<std::string> known;
+        for (const Property& p : properties()) known.push_back(p.name);
+        std::cerr << "attn properties: no property named '" << args.property << "'" << did_you_mean(args.property, known)
+                  << "; the names are the files in suite/invariants/\n";
+        return 2;
+    }
     int failed = 0, runs = 0;
     for (const Implementation* impl : selected(args))
         for (const Property& p : properties()) {
@@ -100,6 +109,11 @@ int run_properties(const Args& args, suite::RunSettings settings) {
                 std::fflush(stdout);
             }
         }
+    if (runs == 0) {  // a selection that runs nothing is no pass
+        std::cerr << "attn properties: property " << args.property << " does not apply to implementation " << args.impl
+                  << "\n";
+        return 2;
+    }
     std::printf("\nproperties: %d of %d runs passed\n", runs - failed, runs);
     return failed == 0 ? 0 : 1;
 }

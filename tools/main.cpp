@@ -1,4 +1,5 @@
 // attn: the command-line program (tests, verification, and attention on .npy files).
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -7,6 +8,57 @@
 #include "attn/error.hpp"
 #include "attn/machine.hpp"
 #include "commands.hpp"
+
+namespace attn::cli {
+
+std::vector<std::string> closest_names(const std::string& word, const std::vector<std::string>& known) {
+    const auto distance = [](const std::string& a, const std::string& b) {
+        std::vector<std::size_t> row(b.size() + 1);
+        for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+        for (std::size_t i = 1; i <= a.size(); ++i) {
+            std::size_t diagonal = row[0];
+            row[0] = i;
+            for (std::size_t j = 1; j <= b.size(); ++j) {
+                const std::size_t up = row[j];
+                row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+                diagonal = up;
+            }
+        }
+        return row[b.size()];
+    };
+    std::vector<std::pair<std::size_t, std::string>> scored;
+    for (const std::string& name : known) {
+        const std::size_t d = distance(word, name);
+        if (d <= 2 || (word.size() >= 3 && name.rfind(word, 0) == 0)) scored.emplace_back(d, name);
+    }
+    std::sort(scored.begin(), scored.end());
+    std::vector<std::string> names;
+    for (const auto& [d, name] : scored) names.push_back(name);
+    return names;
+}
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& known) {
+    const std::vector<std::string> names = closest_names(word, known);
+    if (names.empty()) return "";
+    std::string s = " (did you mean " + names[0];
+    for (std::size_t i = 1; i < names.size() && i < 3; ++i) s += (i + 1 == std::min<std::size_t>(names.size(), 3) ? " or " : ", ") + names[i];
+    return s + "?)";
+}
+
+std::string in_cli_terms(const std::string& message) {
+    static const std::pair<const char*, const char*> terms[] = {
+        {"choose EmptyRowPolicy::Zero or ::Nan to allow empty rows", "pass --empty-rows zero or --empty-rows nan to allow empty rows"},
+        {"ask for weights with Backend::Reference or Backend::Auto", "ask for weights with --backend reference or --backend auto"},
+        {"disable check_finite to allow it", "pass --no-check-finite to allow it"},
+    };
+    std::string s = message;
+    for (const auto& [library, cli] : terms)
+        for (auto at = s.find(library); at != std::string::npos; at = s.find(library, at))
+            s.replace(at, std::string(library).size(), cli);
+    return s;
+}
+
+}  // namespace attn::cli
 
 int main(int argc, char** argv) {
     CLI::App app{"attn: a verified attention library and its verification suite"};
@@ -29,6 +81,15 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
+        // A mistyped command: name it and the closest ones rather than only "A subcommand is required".
+        if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty() &&
+            (dynamic_cast<const CLI::ExtrasError*>(&e) || dynamic_cast<const CLI::RequiredError*>(&e))) {
+            std::vector<std::string> known;
+            for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) known.push_back(sub->get_name());
+            std::cerr << "attn: unknown command '" << argv[1] << "'" << attn::cli::did_you_mean(argv[1], known)
+                      << "; attn --help lists the commands\n";
+            return 2;
+        }
         return app.exit(e) == 0 ? 0 : 2;
     }
     try {
@@ -42,7 +103,7 @@ int main(int argc, char** argv) {
         }
         return 2;
     } catch (const attn::Error& e) {
-        std::cerr << "attn: " << e.what() << "\n";
+        std::cerr << "attn: " << attn::cli::in_cli_terms(e.what()) << "\n";
         return 2;
     }
 }

@@ -129,4 +129,10 @@ TEST_CASE("attn check reports bad input with exit code 2", "[cli][oracle][errors
         CHECK(run.exit_code == 2);
         CHECK(run.stderr_text.find("--model") != std::string::npos);
     }
+    SECTION("a precision the oracle does not offer") {
+        const Run run = run_attn(scratch, "check" + inputs(scratch) + " --candidate '" + (scratch / "q.npy") +
+                                              "' --bits 100");
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("--bits: 100 not in {0,114,261,516}") != std::string::npos);
+    }
 }

@@ -50,6 +50,14 @@ TEST_CASE("a property failure prints the command that reruns exactly that case")
     CHECK(again.out.find(failure) != std::string::npos);
 }
 
+TEST_CASE("a property name that matches nothing is an error naming the closest, not an empty pass") {
+    Scratch scratch;
+    const Run run = run_attn(scratch, "properties --property rows_sum_to_on");
+    CHECK(run.exit_code == 2);
+    CHECK(run.stderr_text.find("no property named 'rows_sum_to_on' (did you mean rows_sum_to_one?)") !=
+          std::string::npos);
+}
+
 TEST_CASE("attn properties --case checks the case a seeded config string names") {
     Scratch scratch;
     const Run good = run_attn(scratch, "properties --case '" + row + "all)'");

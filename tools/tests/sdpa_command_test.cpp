@@ -72,6 +72,9 @@ TEST_CASE("attn sdpa applies the allowed mask, causal rule and empty-row policy 
     const Run thrown = run_attn(scratch, masked);
     CHECK(thrown.exit_code == 2);
     CHECK(thrown.stderr_text.find("query row 0") != std::string::npos);
+    // In the command line's terms: the flag that allows it, not the C++ enum.
+    CHECK(thrown.stderr_text.find("pass --empty-rows zero or --empty-rows nan to allow empty rows") != std::string::npos);
+    CHECK(thrown.stderr_text.find("EmptyRowPolicy") == std::string::npos);
     const Run zero = run_attn(scratch, masked + " --empty-rows zero --causal top-left --scale 0.5");
     INFO(zero.stderr_text);
     REQUIRE(zero.exit_code == 0);
@@ -117,6 +120,23 @@ TEST_CASE("attn sdpa reports bad input on stderr with exit code 2", "[cli][error
         const Run run = run_attn(scratch, worked_example_args(scratch));
         CHECK(run.exit_code == 2);
         CHECK(run.stderr_text.find("q has Dk=4 but k has Dk=5") != std::string::npos);
+    }
+    SECTION("weights from the tiled backend, in the command line's terms") {
+        const Run run = run_attn(scratch, worked_example_args(scratch) + " --backend tiled --weights '" +
+                                              (scratch / "w.npy") + "'");
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("ask for weights with --backend reference or --backend auto") != std::string::npos);
+    }
+    SECTION("a NaN where a query reads, in the command line's terms") {
+        npy::write_file<float>(scratch / "q.npy", Tensor<float>({1, 3, 4}, {1, 0, 1, 0, 0, NAN, 0, 1, 1, 1, 0, 0}).view());
+        const Run run = run_attn(scratch, worked_example_args(scratch));
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("pass --no-check-finite to allow it") != std::string::npos);
+    }
+    SECTION("a mistyped command names the closest one") {
+        const Run run = run_attn(scratch, "sdap");
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("unknown command 'sdap' (did you mean sdpa?)") != std::string::npos);
     }
     SECTION("an option value outside its set") {
         const Run run = run_attn(scratch, worked_example_args(scratch) + " --causal sideways");
