@@ -19,6 +19,9 @@
 
 namespace attn::suite {
 
+// A run tops up its cases with fresh seeds up to this many rounds until the coverage contract is met.
+constexpr int kCoverageRounds = 8;
+
 const char* to_string(Regime r) {
     switch (r) {
         case Regime::TieForRowMax: return "exact tie for a row maximum";
@@ -119,6 +122,13 @@ Verdict check_case(const Property& p, const Implementation& impl, const SdpaCase
 
 std::string replay_command(const std::string& case_file) { return "./attn properties --replay '" + case_file + "'"; }
 
+std::string describe_settings(const RunSettings& s) {
+    return "RapidCheck seed " + std::to_string(s.seed) + " (reproduce with RC_PARAMS=\"seed=" + std::to_string(s.seed) +
+           "\"), " + std::to_string(s.cases) + " cases per property and dtype (divided by a property's cost; up to " +
+           std::to_string(kCoverageRounds) + "x that until its coverage contract is met), max_size " +
+           std::to_string(s.max_size);
+}
+
 RunSettings settings_from_environment(bool thorough) {
     const auto& conf = rc::detail::configuration();
     RunSettings s;
@@ -173,7 +183,7 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
     // the 11 regimes in 800 cases with probability below 11 x 0.95^800 ~ 2e-17: a coverage failure means the
     // generator (or a property's own generator) lost a regime, never bad luck.
     std::set<Regime> missing;
-    for (int round = 0; round < 8; ++round) {
+    for (int round = 0; round < kCoverageRounds; ++round) {
         params.seed = settings.seed + static_cast<std::uint64_t>(round) * 0x9e3779b97f4a7c15ULL;
         QuietListener listener;
         const rc::detail::TestResult result = rc::detail::checkTestable(body, meta, params, listener);

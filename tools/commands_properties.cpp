@@ -185,8 +185,7 @@ Action add_properties_commands(CLI::App& app) {
         if (props->parsed() && !args.replay.empty()) return replay_files(args.replay);
         if (search->parsed()) return run_search(args);
         const suite::RunSettings settings = suite::settings_from_environment(args.thorough);
-        std::cout << "RapidCheck seed " << settings.seed << " (reproduce with RC_PARAMS=\"seed=" << settings.seed
-                  << "\"), " << settings.cases << " cases per property and dtype\n";
+        std::cout << describe_settings(settings) << "\n";
         return props->parsed() ? run_properties(args, settings) : run_mutants(settings);
 #endif
     };

@@ -24,10 +24,7 @@ std::string impl_under_test() {
     return name ? name : "reference";
 }
 
-void print_seed(const RunSettings& s) {
-    std::cout << "RapidCheck seed " << s.seed << " (reproduce with RC_PARAMS=\"seed=" << s.seed << "\"), " << s.cases
-              << " cases per property and dtype, max_size " << s.max_size << "\n";
-}
+void print_seed(const RunSettings& s) { std::cout << describe_settings(s) << "\n"; }
 
 }  // namespace
 

@@ -68,6 +68,11 @@ struct RunSettings {
 // the case count by 20.
 RunSettings settings_from_environment(bool thorough);
 
+// The run's header line: the seed and how to reproduce it, and what the case budget means (per property and dtype,
+// divided by a property's cost, topped up with fresh seeds up to 8 times until its coverage contract is met, so a
+// run may evaluate more cases than the budget).
+std::string describe_settings(const RunSettings& settings);
+
 struct RunOutcome {
     bool passed = false;
     int cases = 0;               // cases run (including the failing one)
