@@ -34,12 +34,6 @@ CaseConfig config_of(const SdpaCase& c, const std::string& impl) {
 
 std::string config_string(const SdpaCase& c, const std::string& impl) { return config_of(c, impl).to_config(); }
 
-Index mask_rank(const SdpaCase& c) {
-    if (!c.allowed_mask) return 0;
-    if (c.mask_stride0) return 4;
-    return c.allowed_mask->rank();
-}
-
 template <class T>
 Tensor<T> cast_tensor(const Tensor<double>& t) {
     Tensor<T> r(t.shape());

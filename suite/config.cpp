@@ -213,6 +213,17 @@ std::vector<std::string> field_values(const CaseConfig& c, const std::string& ke
 
 }  // namespace
 
+void check_filter(const std::string& filter) {
+    if (filter.empty()) return;
+    if (filter.find('(') != std::string::npos) {
+        (void)parse_config(filter);
+        return;
+    }
+    CaseConfig any;
+    any.impl = "any";
+    for (const auto& field : config_fields(filter)) (void)field_values(any, field.first);
+}
+
 bool config_matches(const std::string& config, const std::string& filter) {
     if (filter.empty()) return true;
     if (filter.find('(') != std::string::npos) return config == filter;

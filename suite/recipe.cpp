@@ -8,6 +8,7 @@
 #include "attn/error.hpp"
 #include "attn/mask.hpp"
 #include "attn/suite/rng.hpp"
+#include "generators.hpp"
 
 namespace attn::suite {
 
@@ -29,7 +30,7 @@ bool coin(Rng& rng) { return (rng.next() >> 63) != 0; }  // the top bit
 template <class F>
 Tensor<double> filled(Dtype dtype, Shape shape, F&& draw) {
     Tensor<double> t(std::move(shape));
-    for (Index i = 0; i < t.numel(); ++i) t[i] = dtype == Dtype::Float ? static_cast<double>(static_cast<float>(draw())) : draw();
+    for (Index i = 0; i < t.numel(); ++i) t[i] = gen::round_to(dtype, draw());
     return t;
 }
 
@@ -65,7 +66,7 @@ void draw_values(SdpaCase& c, Rng& rng) {
             for (Index j = 0; j < c.Tk; ++j)
                 for (Index x = 0; x < c.Dk; ++x) {
                     const double y = first[static_cast<std::size_t>(x)] * (1.0 + 0x1.0p-18 * recipe_normal(rng));
-                    c.k[(bh * c.Tk + j) * c.Dk + x] = d == Dtype::Float ? static_cast<double>(static_cast<float>(y)) : y;
+                    c.k[(bh * c.Tk + j) * c.Dk + x] = gen::round_to(d, y);
                 }
         }
         c.v = filled(d, v_shape, normal);

@@ -149,4 +149,9 @@ TEST_CASE("filters select by fields, defaults and bare mask kinds included") {
     CHECK(config_matches(row, "values=normal"));
     CHECK(config_matches(row, "kv_heads=2,check_finite=on,threads=0"));
     CHECK_THROWS_AS(config_matches(row, "colour=red"), ConfigError);
+    CHECK_NOTHROW(check_filter(""));
+    CHECK_NOTHROW(check_filter("impl=tiled,mask=random"));
+    CHECK_NOTHROW(check_filter(row));
+    CHECK_THROWS_AS(check_filter("impl=tiled,colour=red"), ConfigError);
+    CHECK_THROWS_AS(check_filter("sdpa(B=1)"), ConfigError);  // a whole config string must be one
 }

@@ -46,8 +46,6 @@ struct SdpaCase {
 CaseConfig config_of(const SdpaCase& c, const std::string& impl);
 std::string config_string(const SdpaCase& c, const std::string& impl);
 
-// Rank of the explicit mask as passed (0 when there is none; 5 for a grouped-query mask view).
-Index mask_rank(const SdpaCase& c);
 
 // The views an implementation is called with, owning their storage. `output_shape` is (B, H, Tq, Dv) whatever
 // the layout (the grouped-query layout has the same memory order).

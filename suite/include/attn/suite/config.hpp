@@ -69,6 +69,8 @@ std::vector<std::pair<std::string, std::string>> config_fields(const std::string
 // string counting as its default (values=normal, empty_rows=throw, ...) and a mask also by its bare kind
 // ("mask=random" matches mask=random-r3); "" matches everything. ConfigError for an unknown field.
 bool config_matches(const std::string& config, const std::string& filter);
+// ConfigError unless `filter` is one config_matches can use (a whole config string that parses, or known fields).
+void check_filter(const std::string& filter);
 
 // Exact decimal of a double, as short as round-tripping allows ("0.3", "2", "1e-05"); with a dtype, a value that
 // is exactly a float is written as the shortest float ("0.3" for 0.3f): the scale of a float case is a float.
