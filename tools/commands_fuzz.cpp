@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "attn/machine.hpp"
 #include "commands.hpp"
 
@@ -371,11 +373,23 @@ Action add_fuzz_command(CLI::App& app) {
         std::printf("  %-16s %8s %10s %8s %7s %7s %7s %s\n", "target", "seconds", "execs", "execs/s", "cov", "ft",
                     "corpus", "findings");
         std::size_t findings = 0;
+        nlohmann::json rows = nlohmann::json::array();
         for (const TargetReport& r : reports) {
             std::printf("  %-16s %8.0f %10.0f %8.0f %7.0f %7.0f %7.0f %zu\n", r.target.c_str(), r.seconds, r.execs,
                         r.execs_per_second, r.coverage, r.features, r.corpus_files, r.findings.size());
             findings += r.findings.size();
+            const auto count = [](double x) { return static_cast<long long>(x); };  // -1: libFuzzer did not say
+            rows.push_back({{"target", r.target}, {"seconds", r.seconds}, {"execs", count(r.execs)},
+                            {"execs_per_second", count(r.execs_per_second)}, {"coverage", count(r.coverage)},
+                            {"features", count(r.features)}, {"corpus_files", count(r.corpus_files)},
+                            {"findings", r.findings.size()}});
         }
+        // The figures of this run, where the accuracy report looks for them (its Fuzzing section).
+        const nlohmann::json summary = {{"schema", "attn-fuzz/1"}, {"date", utc_now("%Y-%m-%dT%H:%M:%SZ")},
+                                        {"fingerprint", numerics_fingerprint().id()}, {"jobs", s.jobs},
+                                        {"targets", rows}};
+        std::ofstream(paths.fuzz_build / "fuzz.json") << summary.dump(2) << "\n";
+        std::cout << "attn fuzz: figures written to " << (paths.fuzz_build / "fuzz.json").string() << "\n";
         return findings == 0 ? 0 : 1;
     };
 }

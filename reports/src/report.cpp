@@ -352,23 +352,28 @@ Section artifact_section(const std::string& title, const std::string& file, cons
     return s;
 }
 
-// Fuzzing figures: a fuzz.json when some run left one (execs/s, coverage, findings), and the fuzzers' mutant table
-// (`attn fuzz --mutants` writes mutant_kills.md into the fuzz build directory).
-Section fuzzing_section(const std::vector<std::string>& dirs) {
+// Fuzzing figures: the fuzz.json of the latest `attn fuzz` run found (execs/s, coverage, findings per target), and
+// the fuzzers' mutant table: the one `attn fuzz --mutants` last wrote into the fuzz build directory, else the
+// committed fuzz/mutant_kills.md (said which, with the machine it names).
+Section fuzzing_section(const std::vector<std::string>& dirs, const std::string& project_root) {
     Section s{"Fuzzing", {}};
     const auto figures = find_artifact(dirs, "fuzz.json");
-    const auto kills = find_artifact(dirs, "mutant_kills.md");
+    auto kills = find_artifact(dirs, "mutant_kills.md");
+    const bool committed = !kills;
+    if (!kills && !project_root.empty()) kills = find_artifact({project_root + "/fuzz"}, "mutant_kills.md");
     if (figures) {
-        s.paragraph("Figures of the last `attn fuzz` run: executions per second, coverage, findings.");
+        s.paragraph("Figures of the latest `attn fuzz` run found: executions per second, coverage, findings.");
         append_artifact(s, *figures);
+    } else {
+        s.paragraph("No `attn fuzz` run was found on this machine (`attn fuzz --target all --minutes M` writes its "
+                    "figures to the fuzz build directory; `attn verify` runs one).");
     }
     if (kills) {
-        s.paragraph("The mutants under the fuzzers (`attn fuzz --mutants`):");
+        s.paragraph(committed ? "The mutants under the fuzzers, as committed in `fuzz/mutant_kills.md` (no "
+                                "`attn fuzz --mutants` run on this machine; the table names the machine it ran on):"
+                              : "The mutants under the fuzzers, from the latest `attn fuzz --mutants` run:");
         append_markdown_artifact(s, *kills);
     }
-    if (!figures && !kills)
-        s.paragraph("Not run: neither `fuzz.json` nor the fuzzers' `mutant_kills.md` was found (`attn fuzz` prints "
-                    "its figures; `attn fuzz --mutants` writes the table into the fuzz build directory).");
     return s;
 }
 
@@ -483,7 +488,7 @@ Document make_document(const ReportOptions& options, const ReportRun& run, const
     doc.sections.push_back(failures_section(run.rows));
     doc.sections.push_back(plots_section(plots, options.plots));
     doc.sections.push_back(mutants_section(table, mutant_rows, mutants, options.mutant_sweep));
-    doc.sections.push_back(fuzzing_section(options.artifact_dirs));
+    doc.sections.push_back(fuzzing_section(options.artifact_dirs, options.project_root));
     doc.sections.push_back(artifact_section(
         "Benchmarks", "bench.json",
         "Figures of the last `attn bench --json` run (Google Benchmark underneath): time, GFLOP/s and % of gemm "
