@@ -1,7 +1,9 @@
 // Fuzz target `sdpa`: scaled_dot_product_attention on random shapes, strided views, masks, values and options,
 // checked against a model of its contracts (which error, which rows are empty, which outputs must be finite),
 // against itself on one thread (determinism) and against the oracle on small cases.
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "../candidate.hpp"
 #include "../decode.hpp"
@@ -115,8 +117,10 @@ void run(FuzzedDataProvider& in) {
                 expect = Expect::ShapeError;
         }
     }
+    // The scale must be finite in T, and 0 or normal once rounded to T (a subnormal scale rounds absolutely).
     if (expect == Expect::Success && options.scale &&
-        (!std::isfinite(*options.scale) || !std::isfinite(static_cast<T>(*options.scale))))
+        (!std::isfinite(*options.scale) || !std::isfinite(static_cast<T>(*options.scale)) ||
+         (*options.scale != 0 && std::fabs(static_cast<T>(*options.scale)) < std::numeric_limits<T>::min())))
         expect = Expect::ConfigError;
     const double scale = options.scale ? *options.scale : dims.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(dims.Dk)) : 1.0;
     if (expect == Expect::Success) {

@@ -17,7 +17,8 @@ namespace attn::oracle::detail {
 // ---- the logits' error-free dot product (BOUNDS.md section 5) ------------------------------------------------
 
 // Dot2 of Ogita, Rump and Oishi (2005) without its final rounding: |hi + lo - x.y| <= 2 gamma_n(2^-53)^2 |x|.|y|
-// (plus underflow, excluded by the caller's range check). abs_dot receives |x|.|y| rounded up.
+// (plus underflow, excluded by the caller's range check). abs_dot receives |x|.|y| summed in double, to nearest
+// (not rounded up: its relative error, below (n + 1) 2^-53, is covered by kBoundInflation, BOUNDS.md section 7).
 inline DoubleDouble dot2(const double* x, const double* y, Index n, double& abs_dot) {
     double s = 0, c = 0, a = 0;
     for (Index d = 0; d < n; ++d) {
@@ -49,6 +50,7 @@ public:
         : p_(p), readable_(readable), options_(options), model_(model), fast_(fast), out_(out) {
         u_mp_ = std::ldexp(1.0, -(precision_bits - 1));  // unit roundoff of Real, 2^-(P-1) to be safe
         R_ = effective_rescalings(model, p.Tk);
+        eta_ = underflow_units<T>(model);
     }
 
     void run() {
@@ -57,7 +59,6 @@ public:
 
 private:
     static constexpr double u_ = std::numeric_limits<T>::epsilon() / 2;  // unit roundoff of the target
-    static constexpr double eta_ = std::numeric_limits<T>::min();        // underflow term, covers flush-to-zero
 
     const SdpaProblem<T>& p_;
     const std::vector<Readability>& readable_;
@@ -67,6 +68,7 @@ private:
     Result<T>& out_;
     double u_mp_ = 0;
     Index R_ = 0;
+    UnderflowUnits eta_;  // the model's underflow (flush-to-zero or gradual), BOUNDS.md sections 0 and 4
 
     // Per batch element, contiguous copies in double (exact for float and double inputs).
     std::vector<double> qd_, kd_, vd_;
@@ -221,15 +223,16 @@ private:
         const std::size_t n = L.s.size();
         const double R = static_cast<double>(R_);
         const double nd = static_cast<double>(n);
-        const LogitRounding lr = logit_rounding(p_.Dk, p_.scale, model_.scale_roundings, u_, eta_);
+        const LogitRounding lr = logit_rounding(p_.Dk, p_.scale, u_, eta_);
         std::vector<double> a(n);
-        double A = 0;
+        double A = 0, max_abs_logit = 0;  // max_j |s_j|, rounded up (the oracle's own logit error included)
         for (std::size_t c = 0; c < n; ++c) {
             a[c] = logit_bound(lr, 0.0, L.abs_dot[c], L.abs_sum[c]);
             A = std::max(A, a[c]);
+            max_abs_logit = std::max(max_abs_logit, std::fabs(static_cast<double>(L.s[c])) * (1 + 0x1p-52) + L.logit_self[c]);
         }
         RowBound rb;
-        rb.impl = implementation_rounding(model_, nd, R, u_);
+        rb.impl = implementation_rounding(model_, nd, R, u_, max_abs_logit, A);
         std::vector<double> theta_rest(n);
         for (std::size_t c = 0; c < n; ++c) theta_rest[c] = exponent_perturbation_rest(a[c], A, rb.impl);
         // The oracle's weighted sum: double-double (p_j to 2^-106, then Dot2 over 2n terms) or Real; plus the

@@ -36,10 +36,11 @@ using detail::RowRounding;
 using detail::split;
 using detail::store;
 using detail::Underflow;
+using detail::underflow_units;
+using detail::UnderflowUnits;
 using detail::underflow_terms;
 using detail::weighted_sum;
 
-std::string str(Index n) { return std::to_string(n); }
 
 // The module's call resolved once: sizes, scale and who reads what.
 struct MhaProblem {
@@ -123,7 +124,7 @@ struct Projected {
 
 template <class Real, class T>
 Projected<Real> project(TensorView<const T> x, TensorView<const T> W, TensorView<const T> bias,
-                        const std::vector<char>& read, double u, double eta, double u_mp) {
+                        const std::vector<char>& read, double u, const UnderflowUnits& eta, double u_mp) {
     const Index B = x.dim(0), Tn = x.dim(1), width = x.dim(2), out = W.dim(0);
     const bool has_bias = bias.numel() > 0;
     Projected<Real> r;
@@ -145,7 +146,7 @@ Projected<Real> project(TensorView<const T> x, TensorView<const T> W, TensorView
                 }
                 const std::size_t at = static_cast<std::size_t>((b * Tn + t) * out + c);
                 r.y[at] = acc;
-                r.impl[at] = g_impl * mag + (2 * width + 2) * eta * (1 + g_impl);
+                r.impl[at] = g_impl * mag + (width + 1) * (eta.mul + eta.add) * (1 + g_impl);
                 r.self[at] = 2 * g_self * mag;
             }
         }
@@ -165,7 +166,8 @@ public:
              const MhaOptions& options, const ErrorModel& model)
         : p_(p), q_(q), k_(k), v_(v), options_(options), model_(model) {
         Rs_ = static_cast<double>(effective_rescalings(model, p.Tk));
-        lr_ = logit_rounding(p.Dh, p.scale, model.scale_roundings, u_, eta_);
+        eta_ = underflow_units<T>(model);
+        lr_ = logit_rounding(p.Dh, p.scale, u_, eta_);
         g_logit_self_ = gamma(static_cast<double>(p.Dh + 1), u_mp_);
         const std::size_t size = idx(p.B * p.Tq * p.E);
         ctx.assign(size, Real(0));
@@ -192,7 +194,7 @@ public:
 
 private:
     static constexpr double u_ = std::numeric_limits<T>::epsilon() / 2;  // the target's unit roundoff
-    static constexpr double eta_ = std::numeric_limits<T>::min();        // underflow term, covers flush-to-zero
+    UnderflowUnits eta_;  // the model's underflow (flush-to-zero or gradual), BOUNDS.md sections 0 and 4
     static std::size_t idx(Index a) { return static_cast<std::size_t>(a); }
 
     const MhaProblem& p_;
@@ -265,7 +267,7 @@ private:
 
     // Step 3 from the oracle's values: sigma_j >= the exact m - s_j (the oracle's is within 2 A_self of it); the
     // oracle's own softmax (R = 0, exp correctly rounded) gives p_up_j >= p_j (section 4's weight bound); then
-    // the implementation's direct normalisation with Theta_j = a_j + (1 + R) u (sigma_j + a_j + A).
+    // the implementation's direct normalisation with Theta_j = a_j + k_sigma (sigma_j + a_j + A) + offset.
     HeadBound bound(const HeadLogits& L, const ExactSoftmax<Real>& sm) const {
         const std::size_t n = L.s.size();
         const double nd = static_cast<double>(n);
@@ -285,7 +287,10 @@ private:
         for (std::size_t c = 0; c < n; ++c)
             hb.p_up[c] = sm.p_hi[c] * (1 + 0x1p-52) * (1 + first.weight_rel_factor(c, self.u_div));
         hb.self = normalise(B_self, hb.p_up, self);
-        const RowRounding impl = implementation_rounding(model_, nd, Rs_, u_);
+        double max_abs_logit = 0;  // max_j |s_j|, rounded up (the oracle's own logit error included)
+        for (std::size_t c = 0; c < n; ++c)
+            max_abs_logit = std::max(max_abs_logit, std::fabs(static_cast<double>(L.s[c])) * (1 + 0x1p-52) + L.a_self[c]);
+        const RowRounding impl = implementation_rounding(model_, nd, Rs_, u_, max_abs_logit, L.A);
         for (std::size_t c = 0; c < n; ++c)
             B_impl[c] = direct_factor(exponent_perturbation(L.a[c], sigma[c], L.A, impl), impl);
         hb.impl = normalise(B_impl, hb.p_up, impl);
@@ -329,9 +334,9 @@ private:
 
 // Step 5: output = context (B, Tq, E) @ out_proj_weight^T (E, E) + out_proj_bias, from the perturbed context.
 template <class Real, class T>
-void output_projection(const MultiHeadAttention<T>& m, const MhaProblem& p, const HeadPass<Real, T>& heads, Result<T>& r) {
+void output_projection(const MultiHeadAttention<T>& m, const MhaProblem& p, const HeadPass<Real, T>& heads,
+                       const UnderflowUnits& eta, Result<T>& r) {
     constexpr double u = std::numeric_limits<T>::epsilon() / 2;
-    constexpr double eta = std::numeric_limits<T>::min();
     const double u_mp = std::ldexp(1.0, -(std::numeric_limits<Real>::digits - 1));
     const double inf = std::numeric_limits<double>::infinity();
     const Index Tq = p.Tq, E = p.E;
@@ -362,7 +367,7 @@ void output_projection(const MultiHeadAttention<T>& m, const MhaProblem& p, cons
                     mag_s += wa * oa;
                     scale_c += wa * std::fabs(static_cast<double>(heads.ctx[oc]));
                 }
-                const double bound = (prop + gE * mag + (2 * E + 2) * eta * (1 + gE)) * kBoundInflation;
+                const double bound = (prop + gE * mag + (E + 1) * (eta.mul + eta.add) * (1 + gE)) * kBoundInflation;
                 const double self = 2 * (prop_s + gE_s * mag_s);
                 double hi, lo;
                 split(acc, hi, lo);
@@ -381,7 +386,7 @@ template <class Real, class T>
 void solve(const MultiHeadAttention<T>& m, const MhaProblem& p, TensorView<const T> xq, TensorView<const T> xk,
            TensorView<const T> xv, const MhaOptions& options, const ErrorModel& model, Result<T>& r) {
     constexpr double u = std::numeric_limits<T>::epsilon() / 2;  // the target's unit roundoff
-    constexpr double eta = std::numeric_limits<T>::min();        // underflow term, covers flush-to-zero
+    const UnderflowUnits eta = underflow_units<T>(model);  // BOUNDS.md sections 0 and 4
     const double u_mp = std::ldexp(1.0, -(std::numeric_limits<Real>::digits - 1));
     // 1. projections: q (B, Tq, E), k and v (B, Tk, G*Dh).
     const Projected<Real> q = project<Real, T>(xq, m.q_proj_weight(), m.q_proj_bias(), p.q_read, u, eta, u_mp);
@@ -391,7 +396,7 @@ void solve(const MultiHeadAttention<T>& m, const MhaProblem& p, TensorView<const
     HeadPass<Real, T> heads(p, q, k, v, options, model);
     heads.run();
     // 5. the output projection.
-    output_projection<Real, T>(m, p, heads, r);
+    output_projection<Real, T>(m, p, heads, eta, r);
     r.bits = std::numeric_limits<Real>::digits;
 }
 
@@ -404,12 +409,7 @@ Result<T> multi_head_attention(const MultiHeadAttention<T>& module, TensorView<c
                                const OracleOptions& oracle_options) {
     const char* function = "oracle.mha";
     const MhaProblem p = resolve<T>(function, module, query_states, key_states, value_states, allowed_mask, options);
-    if (oracle_options.bits < 0 || oracle_options.bits > 516)
-        throw ConfigError(std::string(function) + ": bits must be in [0, 516] (0 = default), got " +
-                          std::to_string(oracle_options.bits));
-    if (!(oracle_options.model.exp_ulps >= 0) || oracle_options.model.scale_roundings < 0)
-        throw ConfigError(std::string(function) + ": error model '" + oracle_options.model.name +
-                          "' has a negative exp_ulps or scale_roundings");
+    detail::check_oracle_options(function, oracle_options);
     require_finite<T>(function, "q_proj_weight", module.q_proj_weight());
     require_finite<T>(function, "k_proj_weight", module.k_proj_weight());
     require_finite<T>(function, "v_proj_weight", module.v_proj_weight());

@@ -18,7 +18,13 @@ ErrorModel generic_model() {
     m.rescalings = -1;  // rescaling after every key
     m.scale_folded_into_q = true;
     m.key_block = 0;
-    m.scale_roundings = 3;  // e.g. 1/sqrt(Dk) computed in T (sqrt, divide) and a log2(e) factor for exp2
+    // 1/sqrt(Dk) computed in T (sqrt, divide) against the double scale (its own rounding), times a rounded log2(e)
+    // for exp2: five roundings (BOUNDS.md section 6).
+    m.scale_roundings = 5;
+    m.shift_roundings = 2;  // exp2(fl(fl(m_old - m_new) * c))
+    m.rounded_max_shift = true;
+    m.reciprocal_normalisation = true;
+    m.gradual_underflow = false;
     return m;
 }
 
@@ -32,6 +38,10 @@ ErrorModel reference_model() {
     m.scale_folded_into_q = false;  // BLIS applies the scale as gemm's alpha, after the dot product
     m.key_block = 0;
     m.scale_roundings = 1;  // static_cast<T>(scale)
+    m.shift_roundings = 1;  // std::exp(s - m)
+    m.rounded_max_shift = false;
+    m.reciprocal_normalisation = false;  // p = e / sum
+    m.gradual_underflow = true;          // x86-64 CPU arithmetic; the library never sets flush-to-zero
     return m;
 }
 
@@ -44,7 +54,13 @@ ErrorModel tiled_model(Index key_block) {
     m.rescalings = -1;
     m.key_block = key_block;  // one rescaling per key block
     m.scale_folded_into_q = true;
-    m.scale_roundings = 2;  // static_cast<T>(scale), possibly times log2(e)
+    m.scale_roundings = 3;  // static_cast<T>(scale), times a rounded log2(e)
+    // A FlashAttention-2-style kernel: exp2(fma(s, c, -fl(m c))), rescaling by exp2(fl(fl(m_old - m_new) * c)),
+    // output acc * fl(1 / l), possibly on a GPU that flushes to zero.
+    m.shift_roundings = 2;
+    m.rounded_max_shift = true;
+    m.reciprocal_normalisation = true;
+    m.gradual_underflow = false;
     return m;
 }
 
@@ -53,6 +69,11 @@ ErrorModel library_tiled_model() {
     m.exp_ulps = tiled_kernel_info.exp_max_ulps;
     m.scale_folded_into_q = tiled_kernel_info.scale_folded_into_q;
     m.scale_roundings = 1;  // static_cast<T>(scale), applied as the micro-kernel's alpha
+    // lib/src/sdpa_tiled.cpp: p = Exp(s - m_new), c = Exp(m - m_new), out = acc / l, on the CPU.
+    m.shift_roundings = 1;
+    m.rounded_max_shift = false;
+    m.reciprocal_normalisation = false;
+    m.gradual_underflow = true;
     return m;
 }
 
@@ -106,10 +127,7 @@ Result<T> solve_with_backend(TensorView<const T> q, TensorView<const T> k, Tenso
                              const OracleOptions& oracle_options, detail::Backend backend) {
     const SdpaProblem<T> p = make_sdpa_problem<T>("oracle.sdpa", q, k, v, allowed_mask, options);
     const std::vector<Readability> readable = check_contracts(p, options);
-    if (oracle_options.bits < 0 || oracle_options.bits > 516)
-        throw ConfigError("oracle.sdpa: bits must be in [0, 516] (0 = default), got " + std::to_string(oracle_options.bits));
-    if (!(oracle_options.model.exp_ulps >= 0) || oracle_options.model.scale_roundings < 0)
-        throw ConfigError("oracle.sdpa: error model '" + oracle_options.model.name + "' has a negative exp_ulps or scale_roundings");
+    detail::check_oracle_options("oracle.sdpa", oracle_options);
     Result<T> r;
     r.output = Tensor<T>(p.output_shape());
     r.weights = Tensor<T>(p.weights_shape());

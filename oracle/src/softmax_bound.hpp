@@ -7,11 +7,25 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attn/oracle/oracle.hpp"
 
 namespace attn::oracle::detail {
+
+// ---- the options every oracle entry point checks ---------------------------------------------------------------------
+
+// bits in [0, 516]; an error model with exp_ulps >= 0, scale_roundings >= 0 and shift_roundings >= 1 (a difference
+// of two logits rounds at least once).
+inline void check_oracle_options(const std::string& function, const OracleOptions& o) {
+    if (o.bits < 0 || o.bits > 516)
+        throw ConfigError(function + ": bits must be in [0, 516] (0 = default), got " + std::to_string(o.bits));
+    if (!(o.model.exp_ulps >= 0) || o.model.scale_roundings < 0 || o.model.shift_roundings < 1)
+        throw ConfigError(function + ": error model '" + o.model.name +
+                          "' needs exp_ulps >= 0, scale_roundings >= 0 and shift_roundings >= 1");
+}
 
 // ---- section 1: gamma_n -----------------------------------------------------------------------------------------
 
@@ -62,33 +76,52 @@ void store(double hi, double lo, T& rounded, long double& exact, long double& ex
 // ~(Tk + Dk + 20) * 2^-53) is covered by this factor for Tk + Dk < 10^9.
 inline constexpr double kBoundInflation = 1 + 1e-6;
 
-// ---- section 2: the implementation's logit error a_j ---------------------------------------------------------------
+// ---- sections 0 and 4: the absolute error of one operation below the normal range ------------------------------------
 
-// The per-row constants of section 2 for a dot product of length Dk (Dh for a head).
-struct LogitRounding {
-    double abs_scale = 0;
-    double gamma_logit = 0;  // gamma_{Dk+1+r}
-    double gamma_under = 0;  // gamma_{Dk+2}, on the underflow terms
-    double ops = 0;          // 2 Dk + 2 operations that may underflow
-    double eta = 0;
+// mul: a product, quotient or the scale's multiplication; add: a sum; exp: an exp result. With flush-to-zero every
+// one may lose up to the smallest normal number eta of T. With gradual underflow a product errs by at most half the
+// smallest subnormal and a sum is exact; an exp may still flush (Highway's Exp below the normal range), so it keeps eta.
+struct UnderflowUnits {
+    double mul = 0, add = 0, exp = 0;
 };
 
-inline LogitRounding logit_rounding(Index Dk, double scale, Index scale_roundings, double u, double eta) {
+template <class T>
+UnderflowUnits underflow_units(const ErrorModel& model) {
+    const double eta = std::numeric_limits<T>::min();
+    // For double targets the oracle's own values are double-doubles, whose underflow (2^-1074) is as large as the
+    // refinement: there the flush-to-zero units stand (BOUNDS.md section 4).
+    if (!model.gradual_underflow || !std::is_same_v<T, float>) return {eta, eta, eta};
+    return {static_cast<double>(std::numeric_limits<float>::denorm_min()) / 2, 0.0, eta};  // 2^-150
+}
+
+// ---- section 2: the implementation's logit error a_j ---------------------------------------------------------------
+
+// The per-row constants of section 2 for a dot product of length Dk (Dh for a head). The scale's own roundings are
+// not here: they are common to every key of a row and enter the exponents (section 3, RowRounding::k_sigma).
+struct LogitRounding {
+    double abs_scale = 0;
+    double gamma_logit = 0;  // gamma_{Dk+1}: Dk products, Dk - 1 additions, the multiplication by the scale
+    double gamma_under = 0;  // gamma_{Dk+2}, on the underflow terms
+    double ops = 0;          // (Dk + 1) (eta_mul + eta_add): the operations that may underflow
+    double eta_mul = 0;      // a product's: fl(scale * q_d) times |k_jd| (or |q_d|)
+};
+
+inline LogitRounding logit_rounding(Index Dk, double scale, double u, const UnderflowUnits& eta) {
     LogitRounding L;
     L.abs_scale = std::fabs(scale);
-    L.gamma_logit = gamma(static_cast<double>(Dk + 1 + scale_roundings), u);
+    L.gamma_logit = gamma(static_cast<double>(Dk + 1), u);
     L.gamma_under = gamma(Dk + 2.0, u);
-    L.ops = 2.0 * Dk + 2;
-    L.eta = eta;
+    L.ops = (Dk + 1.0) * (eta.mul + eta.add);
+    L.eta_mul = eta.mul;
     return L;
 }
 
-// a_j = |scale| perturbation + gamma_{Dk+1+r} |scale| abs_dot + eta (ops (1 + |scale|) + abs_sum)(1 + gamma_{Dk+2}).
+// a_j = |scale| perturbation + gamma_{Dk+1} |scale| abs_dot + (ops (1 + |scale|) + eta_mul abs_sum)(1 + gamma_{Dk+2}).
 // abs_dot = sum_d |q_d k_jd|, abs_sum = sum_d (|q_d| + |k_jd|). perturbation is section 9 step 2's
 // sum_d (e_qd |k_jd| + |q_d| e_kjd + e_qd e_kjd) for perturbed q and k, 0 for SDPA (exact inputs).
 inline double logit_bound(const LogitRounding& L, double perturbation, double abs_dot, double abs_sum) {
     return L.abs_scale * perturbation + L.gamma_logit * L.abs_scale * abs_dot +
-           L.eta * (L.ops * (1 + L.abs_scale) + abs_sum) * (1 + L.gamma_under);
+           (L.ops * (1 + L.abs_scale) + L.eta_mul * abs_sum) * (1 + L.gamma_under);
 }
 
 // ---- sections 0 and 5: the row's exact softmax and weighted sum, in Real ------------------------------------------
@@ -162,23 +195,30 @@ DoubleDouble weighted_sum_dd(const std::vector<double>& p_hi, const std::vector<
 
 // The implementation's (unit roundoff u of T) or, in the same form, the oracle's own (u_mp, section 5).
 struct RowRounding {
-    double k_sigma = 0;               // (1 + R) u: shift and rescalings, per unit of sigma_j + a_j + A
+    double k_sigma = 0;               // per unit of sigma_j + a_j + A: the shifts and rescalings, telescoped, and the
+                                      // scale's own roundings (common to the row)
+    double offset = 0;                // per key, whatever sigma_j: the rounded-max shift's u (max_j |s_j| + A)
     double log_up = 0, log_down = 0;  // log of the max / min product of the exp's relative error factors
     double gamma_S = 0;               // the sum over keys, per term
     double gamma_O = 0;               // the weighted sum over keys including the final division, per term
-    double u_div = 0;                 // the division e_j / S for the weights
+    double u_div = 0;                 // the division e_j / S (or product e_j * fl(1 / S)) for the weights
 };
 
-// Sections 3-4 for an implementation in T with R rescalings and the model's exp over n keys.
-inline RowRounding implementation_rounding(const ErrorModel& model, double n, double R, double u) {
+// Sections 3-4 for an implementation in T with R rescalings and the model's exp over n keys. max_abs_logit >=
+// max_j |s_j| and A >= max_j a_j enter only the rounded-max shift.
+inline RowRounding implementation_rounding(const ErrorModel& model, double n, double R, double u, double max_abs_logit,
+                                           double A) {
     RowRounding P;
-    P.k_sigma = (1 + R) * u;
+    const double gamma_r = gamma(static_cast<double>(model.scale_roundings), u);
+    P.k_sigma = gamma(static_cast<double>(model.shift_roundings), u) * (1 + gamma_r) + gamma_r;
+    P.offset = model.rounded_max_shift ? u * (1 + gamma_r) * (max_abs_logit + A) : 0.0;
     const double eps_exp = 2 * model.exp_ulps * u;
     P.log_up = (1 + R) * std::log1p(eps_exp);  // the key's own exp and one per rescaling
     P.log_down = (1 + R) * std::log1p(-eps_exp);
+    const double recip = model.reciprocal_normalisation ? 1 : 0;
     P.gamma_S = gamma(n - 1 + R, u);
-    P.gamma_O = gamma(n + 1 + R, u);
-    P.u_div = u;
+    P.gamma_O = gamma(n + 1 + recip + R, u);
+    P.u_div = gamma(1 + recip, u);
     return P;
 }
 
@@ -194,14 +234,16 @@ inline RowRounding oracle_rounding(double n, double u_mp, double gamma_O) {
     return P;
 }
 
-// Theta_j = a_j + (1 + R) u (sigma_j + a_j + A), evaluated as written (the MHA path).
+// Theta_j = a_j + k_sigma (sigma_j + a_j + A) + offset, evaluated as written (the MHA path).
 inline double exponent_perturbation(double a, double sigma, double A, const RowRounding& P) {
-    return a + P.k_sigma * (sigma + a + A);
+    return a + P.k_sigma * (sigma + a + A) + P.offset;
 }
 
 // The same Theta_j as theta_rest_j + k_sigma sigma_j, kept apart so that sigma_j = inf gives p_j B_j = 0
 // (the SDPA path, whose logits may be huge). The two forms round differently in the last bit; each path keeps its own.
-inline double exponent_perturbation_rest(double a, double A, const RowRounding& P) { return a + P.k_sigma * (a + A); }
+inline double exponent_perturbation_rest(double a, double A, const RowRounding& P) {
+    return a + P.k_sigma * (a + A) + P.offset;
+}
 
 // Direct normalisation: B_j = max(e^{Theta_j} (1+eps)^{1+R} - 1, 1 - e^{-Theta_j} (1-eps)^{1+R}).
 inline double direct_factor(double theta, const RowRounding& P) {
@@ -316,29 +358,34 @@ inline Normalisation normalise(const RowRounding& P, const std::vector<double>& 
 
 // The implementation's absolute terms, in the scale of its computed sum, which is >= S_min.
 struct Underflow {
-    double S_min = 0, H0 = 0, Z = 0, n = 0, R = 0, eta = 0, gamma_O = 0;
+    double S_min = 0, H0 = 0, Z = 0, n = 0, R = 0, gamma_O = 0;
+    UnderflowUnits eta;
     bool ok = false;  // S_min > 1/4
 
     // bound_c = rel_c + (Xi_c + (|o_c| + rel_c) Z) / S_min + the normalise-first form's underflow; abs_v =
     // sum_j |v_jc| (plus e_vjc for section 9), o_up >= |o_c|. +inf when S_min is too small.
     double output(double rel, double abs_v, double o_up) const {
         if (!ok) return std::numeric_limits<double>::infinity();
-        const double Xi = (H0 * abs_v + (2 * n + R + 2) * eta) * (1 + gamma_O) * 2;
-        const double direct_abs = (eta * abs_v + 2 * n * eta) * (1 + gamma_O);  // normalise-first underflow
+        // n products e_j v_j, R rescalings and the division (or reciprocal and product) each eta_mul; n additions.
+        const double Xi = (H0 * abs_v + (n + R + 2) * eta.mul + n * eta.add) * (1 + gamma_O) * 2;
+        // normalise-first: each weight fl(e_j / S) (eta_mul |v_jc|), n products and n additions.
+        const double direct_abs = (eta.mul * abs_v + n * (eta.mul + eta.add)) * (1 + gamma_O);
         return rel + (Xi + (o_up + rel) * Z) / S_min + direct_abs;
     }
-    // The weight p_j's: rel_j + (H0 (1 + u) + (p_j + rel_j) Z) / S_min + eta.
+    // The weight p_j's: rel_j + (H0 (1 + u) + (p_j + rel_j) Z) / S_min + eta_mul.
     double weight(double rel, double p, double u) const {
         if (!ok) return std::numeric_limits<double>::infinity();
-        return rel + (H0 * (1 + u) + (p + rel) * Z) / S_min + eta;
+        return rel + (H0 * (1 + u) + (p + rel) * Z) / S_min + eta.mul;
     }
 };
 
-inline Underflow underflow_terms(const RowRounding& impl, double n, double R, double u, double eta) {
+// S_min: the computed argmax's exp is at least exp(-offset) (1 - eps_exp) (its argument is 0, or the rounded-max
+// shift's offset), times R rescalings of at least (1 - eps_exp)(1 - u), less the sum's rounding.
+inline Underflow underflow_terms(const RowRounding& impl, double n, double R, double u, const UnderflowUnits& eta) {
     Underflow U;
-    U.S_min = std::exp(impl.log_down + R * std::log1p(-u)) * (1 - impl.gamma_S);
-    U.H0 = 2 * (1 + R) * eta;                                   // each computed exp, after rescalings
-    U.Z = (n * U.H0 + (n + R) * eta) * (1 + impl.gamma_S) * 2;  // the computed sum
+    U.S_min = std::exp(impl.log_down - impl.offset + R * std::log1p(-u)) * (1 - impl.gamma_S);
+    U.H0 = (1 + R) * (eta.exp + eta.mul);                         // each computed exp, after rescalings
+    U.Z = (n * U.H0 + n * eta.add + R * eta.mul) * (1 + impl.gamma_S) * 2;  // the computed sum
     U.n = n;
     U.R = R;
     U.eta = eta;

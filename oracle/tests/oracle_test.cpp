@@ -219,6 +219,34 @@ TEST_CASE("the oracle applies the library's contracts", "[oracle]") {
     }
 }
 
+// The scale's rounding in the dtype must be relative (BOUNDS.md section 2). Two counterexamples where it is not: a
+// kernel folding float(1e-50) = 0 into q computes o = 0.5 where the exact o is 0.731 (logits 1.00000005 and 0), and
+// 1.4 * 2^-149 rounds to 2^-149. Both are refused, by the library and by the oracle, with an error naming the scale.
+TEST_CASE("a scale below the dtype's normal range is refused, not checked against a bound that cannot hold", "[oracle]") {
+    const Tensor<float> q({1, 1}, {1e25f}), k({2, 1}, {1e25f, 0.0f}), v({2, 1}, {1.0f, 0.0f});
+    for (const double scale : {1e-50, 1.4 * 0x1p-149}) {
+        attn::SdpaOptions options;
+        options.scale = scale;
+        CHECK_THROWS_WITH(oracle::scaled_dot_product_attention<float>(q, k, v, std::nullopt, options),
+                          Catch::StartsWith("oracle.sdpa: scale ") && Catch::Contains("below the normal range"));
+        CHECK_THROWS_WITH(attn::scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options),
+                          Catch::StartsWith("sdpa: scale ") && Catch::Contains("below the normal range"));
+    }
+    // In double, 1e-50 is normal: the same problem is accepted, and its exact output is sigmoid(scale q k) (about 1).
+    attn::SdpaOptions options;
+    options.scale = 1e-50;
+    const Tensor<double> qd({1, 1}, {1e25}), kd({2, 1}, {1e25, 0.0}), vd({2, 1}, {1.0, 0.0});
+    const auto r = oracle::scaled_dot_product_attention<double>(qd, kd, vd, std::nullopt, options);
+    CHECK(r.output[0] == Approx(1 / (1 + std::exp(-(1e-50 * 1e25) * 1e25))).epsilon(1e-12));
+    // 0 stays a valid scale (every logit 0: the mean of the values), and so does the smallest normal float.
+    options.scale = 0.0;
+    CHECK(oracle::scaled_dot_product_attention<float>(q, k, v, std::nullopt, options).output[0] == 0.5f);
+    options.scale = static_cast<double>(std::numeric_limits<float>::min());
+    const Tensor<float> q1({1, 1}, {1.0f}), k1({2, 1}, {1.0f, 0.0f});
+    CHECK_NOTHROW(attn::scaled_dot_product_attention(q1.view(), k1.view(), v.view(), std::nullopt, options));
+    CHECK_NOTHROW(oracle::scaled_dot_product_attention<float>(q1, k1, v, std::nullopt, options));
+}
+
 TEST_CASE("ulp_distance: +0 == -0, NaN only matches NaN, Inf mismatches are infinite, sign flips are measured", "[oracle][metrics]") {
     constexpr double inf = std::numeric_limits<double>::infinity();
     const float nan = std::numeric_limits<float>::quiet_NaN();

@@ -132,7 +132,7 @@ TEST_CASE("a row survives its JSON form, non-finite numbers included") {
     CHECK_THROWS_AS(row_from_json(nlohmann::json{{"config", "x"}}), IoError);
 }
 
-TEST_CASE("drift: tightness growth within the margin passes, beyond it is a regression; ULP growth alone is not") {
+TEST_CASE("drift: tightness growth or fall within the margin passes, beyond it is a regression; ULP growth alone is not") {
     Row base;
     base.config = "sdpa(x)";
     base.max_ulp = 3;
@@ -160,6 +160,17 @@ TEST_CASE("drift: tightness growth within the margin passes, beyond it is a regr
     now.error = "threw";
     CHECK(regressed(base, now, margin, &why));
     CHECK(why == "now fails: threw");
+
+    // A bound that loosened 1000x (same bits, same error): the tightness falls by 1000, and its ulp with it.
+    now = base;
+    now.max_tightness = base.max_tightness / 1000;
+    now.tightness_per_ulp = base.tightness_per_ulp / 1000;
+    CHECK(regressed(base, now, margin, &why));
+    CHECK(why == "max tightness fell 0.1 -> 0.0001 (the bound loosened, or the error shrank)");
+    // A fall within the margin (the same 1 ulp granularity, the factor 2) is noise.
+    now.max_tightness = 0.046;
+    now.tightness_per_ulp = 0.01;
+    CHECK_FALSE(regressed(base, now, margin));
 
     const Drift d = compare_with_baseline({base}, {base, Row{}});
     CHECK(d.compared == 1);

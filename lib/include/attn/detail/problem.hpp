@@ -104,7 +104,8 @@ template <class T>
 MhaStates check_mha_states(const std::string& function, TensorView<const T> query_states, TensorView<const T> key_states,
                            TensorView<const T> value_states, Index E, Index kdim, Index vdim);
 
-// The per-call options every layer shares: scale (when given) finite in the dtype T, num_threads >= 0.
+// The per-call options every layer shares: scale (when given) finite in the dtype T and 0 or in T's normal range,
+// num_threads >= 0.
 template <class T>
 void check_scale_and_threads(const std::string& function, std::optional<double> scale, int num_threads,
                              const std::string& shapes);

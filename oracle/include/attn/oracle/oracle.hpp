@@ -17,11 +17,23 @@ struct ErrorModel {
     Index rescalings = -1;         // online-softmax rescalings per row (one per key block); -1 = unknown, assume Tk
     bool scale_folded_into_q = true;  // the scale may be applied to q before the dot product (one more rounding)
     Index key_block = 0;           // when rescalings == -1 and key_block > 0: ceil(Tk / key_block) rescalings
-    Index scale_roundings = 3;     // roundings between SdpaProblem::scale (a double) and the factor the kernel uses
+    Index scale_roundings = 5;     // roundings between SdpaProblem::scale (a double) and the factor the kernel uses
+    // Roundings in each exponent difference: 1 when exp takes fl(s - m) and rescales by exp(fl(m_old - m_new)); 2 when
+    // a product follows the difference (exp2(fl(fl(m_old - m_new) * c)), c = scale * log2(e)).
+    Index shift_roundings = 2;
+    // The shift subtracts a separately rounded max, exp2(fma(s, c, -fl(m * c))) (FlashAttention-2's form): each key's
+    // exponent carries up to u |m| more, which does not telescope over rescalings.
+    bool rounded_max_shift = true;
+    // Normalised by a reciprocal, acc * fl(1 / l) and e * fl(1 / l), one rounding more than a division.
+    bool reciprocal_normalisation = true;
+    // Results below the normal range are rounded (IEEE gradual underflow), never flushed to zero: products and
+    // quotients then err by at most half the smallest subnormal, sums not at all. false: flush-to-zero (GPUs).
+    bool gradual_underflow = false;
 };
 
 // A conservative model for a kernel whose structure is unknown (any summation order, folded scale, rescaling
-// after every key, exp within 4 ulps).
+// after every key, exp or exp2 within 4 ulps, FlashAttention-2's rounded-max shift, a reciprocal normalisation,
+// flush-to-zero).
 ErrorModel generic_model();
 // The library's backends, as documented in lib/ (reference: BLIS dot products, scale after, glibc exp; tiled:
 // exactly attn::tiled_kernel_info, i.e. its key block, Highway's 1-ulp Exp, the scale as the micro-kernel's alpha).
