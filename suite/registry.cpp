@@ -9,6 +9,10 @@
 
 namespace attn::suite {
 
+namespace kernels {
+Implementation fa2_style();  // kernels/fa2_style.cpp
+}  // namespace kernels
+
 namespace {
 
 // A library backend selected through SdpaOptions::backend.
@@ -70,6 +74,9 @@ std::vector<Implementation> build() {
     mha.run_float = run_mha_path<float>;
     mha.run_double = run_mha_path<double>;
     all.push_back(std::move(mha));
+    // Correct kernels in arithmetic the library's backends do not use, each under the error model that claims it.
+    all.push_back(kernels::fa2_style());
+    all.back().returns_weights = false;
     for (Implementation& m : mutant::all()) all.push_back(std::move(m));
     return all;
 }
