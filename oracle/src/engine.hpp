@@ -241,8 +241,12 @@ private:
         rb.self = oracle_rounding(nd, u_mp_, (fast ? 2 * g2n * g2n + 4 * 0x1p-106 : gamma(nd, u_mp_)) + 2 * u_mp_);
         rb.nz[0] = normalise(rb.impl, theta_rest, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, false);
         rb.nz[1] = normalise(rb.impl, theta_rest, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, true);
-        rb.nz[2] = normalise(rb.self, L.logit_self, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, false);
-        rb.nz[3] = normalise(rb.self, L.logit_self, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, true);
+        // The oracle's own exponents: Theta_self_j = logit_self_j + u_mp (sigma_j + logit_self_j + A_self) (section 5).
+        const double A_self = *std::max_element(L.logit_self.begin(), L.logit_self.end());
+        std::vector<double> theta_self(n);
+        for (std::size_t c = 0; c < n; ++c) theta_self[c] = exponent_perturbation_rest(L.logit_self[c], A_self, rb.self);
+        rb.nz[2] = normalise(rb.self, theta_self, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, false);
+        rb.nz[3] = normalise(rb.self, theta_self, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, true);
         rb.under = underflow_terms(rb.impl, nd, R, u_, eta_);
         return rb;
     }

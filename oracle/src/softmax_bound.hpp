@@ -212,7 +212,8 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
     const double gamma_r = gamma(static_cast<double>(model.scale_roundings), u);
     P.k_sigma = gamma(static_cast<double>(model.shift_roundings), u) * (1 + gamma_r) + gamma_r;
     P.offset = model.rounded_max_shift ? u * (1 + gamma_r) * (max_abs_logit + A) : 0.0;
-    const double eps_exp = 2 * model.exp_ulps * u;
+    // k ulps are at most 2 k u relative to the exact value, or to the computed one, which is within (1 + 2 k u) of it.
+    const double eps_exp = 2 * model.exp_ulps * u * (1 + 2 * model.exp_ulps * u);
     P.log_up = (1 + R) * std::log1p(eps_exp);  // the key's own exp and one per rescaling
     P.log_down = (1 + R) * std::log1p(-eps_exp);
     const double recip = model.reciprocal_normalisation ? 1 : 0;
