@@ -1,6 +1,7 @@
 // Invariant 18: the MultiHeadAttention module, its parameters set through every setter (one by one or packed,
 // biases non-zero or absent, kdim and vdim apart from E, grouped K/V heads), called through every forward (forward,
-// forward_blocked, forward_cross, forward_self) with every mask form it takes (2-D, 3-D, 4-D, key padding, causal),
+// forward_blocked, forward_cross, forward_self) with every mask form it takes (2-D, 3-D, 4-D, key padding from a
+// tensor or from token ids, causal),
 // every empty-row policy and both SDPA backends, matches the oracle's multi-head attention within its bound; the
 // head-average weights are the per-head weights summed in head order over H, bitwise.
 //
@@ -121,7 +122,13 @@ ModuleCall<T> call_for(const SdpaCase& c, const MultiHeadAttention<T>& m, Rng& r
             call.mask = full, o.is_causal = false;
         }
     }
-    if (!call.padding && rng.below(4) == 0) call.padding = Tensor<bool>({c.B, c.Tk}, true);  // and-ed with the mask
+    if (!call.padding && rng.below(4) == 0) {
+        // Key padding from token ids (key_padding_allowed_mask; no id is the pad id, so every key stays real), and-ed
+        // with the mask.
+        Tensor<std::int64_t> token_ids({c.B, c.Tk});
+        for (Index f = 0; f < token_ids.numel(); ++f) token_ids[f] = 1 + static_cast<std::int64_t>(rng.below(100));
+        call.padding = key_padding_allowed_mask(token_ids.view(), 0).reshaped({c.B, c.Tk});
+    }
     o.empty_rows = c.options.empty_rows;
     if (c.mask_kind == "empty-rows") {
         const int policy = static_cast<int>(rng.below(3));
