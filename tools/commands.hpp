@@ -48,6 +48,10 @@ inline constexpr int not_mine = -1;
 // `attn test` and `attn verify`: the suite and the main job (commands_run.cpp).
 Action add_run_commands(CLI::App& app);
 
+// `attn coverage`: line and branch coverage of lib/src and oracle/src, properties alone and with the fuzz replays
+// (commands_coverage.cpp).
+Action add_coverage_command(CLI::App& app);
+
 // `attn report`: the accuracy report and its drift check (commands_report.cpp).
 Action add_report_command(CLI::App& app);
 

@@ -96,7 +96,8 @@ Action add_run_commands(CLI::App& app) {
     test->add_flag("--sanitizers", opts.sanitizers,
                    "Build and run the suite under ASan + UBSan (build/debug-asan), except properties and mutants");
     auto* verify = app.add_subcommand("verify", "The main job: tests, properties, mutants, fuzzing, report");
-    verify->add_flag("--full", opts.full, "Run the long versions (thorough properties, longer fuzzing, full report)");
+    verify->add_flag("--full", opts.full,
+                     "Run the long versions (thorough properties, longer fuzzing, coverage, full report)");
     return [&app, test, verify]() -> int {
         if (test->parsed()) {
             if (opts.sanitizers) return run(sanitizer_command(opts.label));
@@ -106,7 +107,7 @@ Action add_run_commands(CLI::App& app) {
 
         const std::string self = "'" + self_path() + "'";
         const bool clang = run("command -v clang++ >/dev/null 2>&1") == 0;
-        const std::vector<Stage> stages = {
+        std::vector<Stage> stages = {
             // Everything in ctest but the property suite, which the next two stages run with their own output.
             {"unit tests", "", ctest_command("-LE 'properties|slow'")},
             {"properties", "properties", self + " properties" + (opts.full ? " --thorough" : "")},
@@ -114,6 +115,8 @@ Action add_run_commands(CLI::App& app) {
             {"fuzzing", clang ? "fuzz" : "-", self + " fuzz --target all --minutes " + (opts.full ? "10" : "0.25")},
             {"report", "report", self + " report --check" + (opts.full ? "" : " --quick")},
         };
+        // The nightly run measures coverage (minutes in its own build) before the report, which shows the summary.
+        if (opts.full) stages.insert(stages.end() - 1, {"coverage", "coverage", self + " coverage"});
         std::vector<StageResult> results;
         for (const Stage& s : stages) {
             const bool available = s.subcommand.empty() || (s.subcommand != "-" && [&] {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -377,6 +378,53 @@ Section fuzzing_section(const std::vector<std::string>& dirs, const std::string&
     return s;
 }
 
+// The committed coverage summary (`attn coverage` writes reports/coverage/summary.json): lines and branches of
+// lib/src and oracle/src per file, by the property suite alone and with the fuzz replays added.
+Section coverage_section(const std::string& project_root) {
+    Section s{"Coverage", {}};
+    const fs::path path = fs::path(project_root) / "reports" / "coverage" / "summary.json";
+    std::error_code ec;
+    if (project_root.empty() || !fs::is_regular_file(path, ec)) {
+        s.paragraph("Not measured: no `reports/coverage/summary.json` (`attn coverage` writes it).");
+        return s;
+    }
+    std::ifstream in(path);
+    const nlohmann::json summary = nlohmann::json::parse(in);
+    const nlohmann::json& alone = summary.at("snapshots").at("properties").at("files");
+    const nlohmann::json& both = summary.at("snapshots").at("properties+fuzz").at("files");
+    const auto ratio = [](long covered, long total) {
+        char buf[64];
+        if (total == 0) return std::to_string(covered) + "/0";
+        std::snprintf(buf, sizeof buf, "%ld/%ld (%.1f%%)", covered, total, 100.0 * static_cast<double>(covered) / static_cast<double>(total));
+        return std::string(buf);
+    };
+    Table t;
+    t.header = {"file", "lines, properties alone", "branches, properties alone", "lines, + fuzz replay",
+                "branches, + fuzz replay"};
+    for (const std::string folder : {"lib/src/", "oracle/src/"}) {
+        long sum[8] = {};
+        for (const nlohmann::json& a : alone) {
+            const std::string file = a.at("file").get<std::string>();
+            if (file.rfind(folder, 0) != 0) continue;
+            for (const nlohmann::json& b : both) {
+                if (b.at("file") != file) continue;
+                const long n[8] = {a.at("lines_covered"), a.at("lines_total"), a.at("branches_covered"), a.at("branches_total"),
+                                   b.at("lines_covered"), b.at("lines_total"), b.at("branches_covered"), b.at("branches_total")};
+                for (int x = 0; x < 8; ++x) sum[x] += n[x];
+                t.rows.push_back({"`" + file + "`", ratio(n[0], n[1]), ratio(n[2], n[3]), ratio(n[4], n[5]), ratio(n[6], n[7])});
+            }
+        }
+        t.rows.push_back({"**" + folder + " (all)**", ratio(sum[0], sum[1]), ratio(sum[2], sum[3]), ratio(sum[4], sum[5]),
+                          ratio(sum[6], sum[7])});
+    }
+    s.paragraph("The committed summary of `attn coverage` (`reports/coverage/summary.md`; g++ `--coverage -O0`, gcovr with "
+                "throw and unreachable branches excluded): lines and branches covered / total, by the property suite "
+                "alone and with the fuzz corpus replays added. suite/README.md lists the lines the properties miss and "
+                "why.");
+    s.table(std::move(t));
+    return s;
+}
+
 Section reading_section() {
     Section s{"How to read this report", {}};
     s.paragraph("A ULP is the spacing of the dtype's numbers at the exact value; the bound is the oracle's rigorous "
@@ -494,6 +542,7 @@ Document make_document(const ReportOptions& options, const ReportRun& run, const
         "Figures of the last `attn bench --json` run (Google Benchmark underneath): time, GFLOP/s and % of gemm "
         "peak, as ratios within that one run.",
         "`attn bench --json` leaves it", options.artifact_dirs));
+    doc.sections.push_back(coverage_section(options.project_root));
     doc.sections.push_back(rows_section(run.rows, run.summaries));
     doc.sections.push_back(reading_section());
 

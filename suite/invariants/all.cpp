@@ -20,6 +20,8 @@ Property empty_rows_follow_the_policy();
 Property gqa_equals_mha_with_repeated_kv_heads();
 Property thread_count_does_not_change_bits();
 Property backends_agree_within_bounds();
+Property module_matches_oracle_within_bound();
+Property dropout_zeroes_or_rescales_each_weight_exactly();
 
 const std::vector<Property>& properties() {
     static const std::vector<Property> all = {
@@ -40,6 +42,8 @@ const std::vector<Property>& properties() {
         gqa_equals_mha_with_repeated_kv_heads(),
         thread_count_does_not_change_bits(),
         backends_agree_within_bounds(),
+        module_matches_oracle_within_bound(),
+        dropout_zeroes_or_rescales_each_weight_exactly(),
     };
     return all;
 }
