@@ -40,6 +40,12 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
 // --no-check-finite).
 std::string in_cli_terms(const std::string& message);
 
+// Shell commands (shell.cpp): a wait status as an exit code (128 + signal when killed, 2 when it could not run);
+// a command run with stdout and stderr flushed first, returning its exit code; the core count, for -j.
+int exit_code(int status);
+int run(const std::string& command);
+std::string jobs();
+
 using Action = std::function<int()>;
 
 // What an action returns when none of its subcommands was the one parsed.

@@ -61,13 +61,6 @@ Row parse_name(const std::string& run_name) {
     return r;
 }
 
-int run(const std::string& command) {
-    std::cout.flush();
-    const int status = std::system(command.c_str());
-    if (status == -1) return 2;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
-}
-
 std::string capture(const std::string& command) {
     std::string out;
     if (FILE* f = popen(command.c_str(), "r")) {

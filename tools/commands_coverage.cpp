@@ -42,19 +42,7 @@ const std::vector<Snapshot> snapshots = {
     {"properties+fuzz", "properties + fuzz replay", "-L fuzz -LE fuzz-smoke -E valgrind"},
 };
 
-int run(const std::string& command) {
-    std::cout.flush();
-    const int status = std::system(command.c_str());
-    if (status == -1) return 2;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
-}
-
 std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
-
-std::string jobs() {
-    const long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return std::to_string(n > 0 ? n : 1);
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

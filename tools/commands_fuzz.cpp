@@ -40,16 +40,6 @@ struct FuzzSettings {
     std::string build_dir;  // default <source>/build/fuzz
 };
 
-int exit_code(int status) {
-    if (status == -1) return 2;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-int run(const std::string& command) {
-    std::cout.flush();
-    return exit_code(std::system(command.c_str()));
-}
-
 // Runs a shell command, returning its exit code and stdout+stderr.
 std::pair<int, std::string> capture(const std::string& command) {
     std::cout.flush();

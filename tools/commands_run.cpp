@@ -21,11 +21,6 @@ namespace attn::cli {
 namespace {
 
 // Parallel jobs for builds and ctest: every core this process may use.
-std::string jobs() {
-    const long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return std::to_string(n > 0 ? n : 1);
-}
-
 std::string ctest_command(const std::string& extra) {
     return std::string("ctest --test-dir '") + ATTN_BINARY_DIR + "' --output-on-failure -j " + jobs() + " " + extra;
 }
@@ -35,14 +30,6 @@ std::string self_path() {
     std::error_code ec;
     const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
     return ec ? std::string("attn") : p.string();
-}
-
-int run(const std::string& command) {
-    std::cout.flush();
-    std::cerr.flush();
-    const int status = std::system(command.c_str());
-    if (status == -1) return 2;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
 }
 
 struct Stage {

@@ -1,0 +1,29 @@
+// Running shell commands from the attn program: the one place exit statuses are decoded.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "commands.hpp"
+
+namespace attn::cli {
+
+int exit_code(int status) {
+    if (status == -1) return 2;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+int run(const std::string& command) {
+    std::cout.flush();
+    std::cerr.flush();
+    return exit_code(std::system(command.c_str()));
+}
+
+std::string jobs() {
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return std::to_string(n > 0 ? n : 1);
+}
+
+}  // namespace attn::cli
