@@ -11,6 +11,7 @@ namespace attn::suite {
 
 namespace kernels {
 Implementation fa2_style();  // kernels/fa2_style.cpp
+Implementation fa2_lazy();
 }  // namespace kernels
 
 namespace {
@@ -75,8 +76,10 @@ std::vector<Implementation> build() {
     mha.run_double = run_mha_path<double>;
     all.push_back(std::move(mha));
     // Correct kernels in arithmetic the library's backends do not use, each under the error model that claims it.
-    all.push_back(kernels::fa2_style());
-    all.back().returns_weights = false;
+    for (Implementation k : {kernels::fa2_style(), kernels::fa2_lazy()}) {
+        k.returns_weights = false;
+        all.push_back(std::move(k));
+    }
     for (Implementation& m : mutant::all()) all.push_back(std::move(m));
     return all;
 }

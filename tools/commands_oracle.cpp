@@ -32,6 +32,8 @@ struct ProblemArgs {
     int bits = 0;
     std::string model = "generic";
     Index key_block = 64;
+    std::optional<double> stale_max;  // overrides the model's (lazy rescaling)
+    std::string underflow;            // "", "gradual" or "ftz": overrides the model's
 };
 
 struct OracleArgs : ProblemArgs {
@@ -69,6 +71,14 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
     cmd->add_option("--key-block", args.key_block, "Key block of the tiled model (one rescaling per block)")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
+    cmd->add_option("--stale-max", args.stale_max,
+                    "Lazy rescaling: the kernel keeps a stale running max until a logit exceeds it by more than this "
+                    "(natural exponent; generic assumes 10, the others 0)")
+        ->check(CLI::Range(0.0, 699.0));
+    cmd->add_option("--underflow", args.underflow,
+                    "Below the normal range the kernel rounds (gradual, IEEE CPUs) or may flush to zero (ftz, GPUs); "
+                    "default: the model's (generic and tiled ftz, reference gradual)")
+        ->check(CLI::IsMember({"gradual", "ftz"}));
 }
 
 SdpaOptions sdpa_options(const ProblemArgs& args) {
@@ -113,6 +123,8 @@ oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in) {
     oracle::OracleOptions oo;
     oo.bits = args.bits;
     oo.model = oracle::model_by_name(args.model, args.key_block);
+    if (args.stale_max) oo.model.stale_max = *args.stale_max;
+    if (!args.underflow.empty()) oo.model.gradual_underflow = args.underflow == "gradual";
     return oracle::scaled_dot_product_attention<T>(q.view(), k.view(), v.view(), allowed_view, sdpa_options(args), oo);
 }
 
@@ -210,6 +222,18 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                                  {"pass", pass},
                                  {"output", to_json(verdict.output)}};
         if (verdict.weights) report["weights"] = to_json(*verdict.weights);
+        // Every choice the bound was computed for (oracle/BOUNDS.md section 6), so a verdict can be reproduced.
+        const oracle::ErrorModel& m = r.model;
+        report["error_model"] = {{"name", m.name},
+                                 {"exp_ulps", m.exp_ulps},
+                                 {"rescalings", m.rescalings},
+                                 {"key_block", m.key_block},
+                                 {"scale_roundings", m.scale_roundings},
+                                 {"shift_roundings", m.shift_roundings},
+                                 {"rounded_max_shift", m.rounded_max_shift},
+                                 {"stale_max", m.stale_max},
+                                 {"reciprocal_normalisation", m.reciprocal_normalisation},
+                                 {"gradual_underflow", m.gradual_underflow}};
         std::ofstream file(args.json_path);
         if (!file) throw IoError("check: cannot write " + args.json_path);
         file << report.dump(2) << "\n";

@@ -23,6 +23,7 @@ ErrorModel generic_model() {
     m.scale_roundings = 5;
     m.shift_roundings = 2;  // exp2(fl(fl(m_old - m_new) * c))
     m.rounded_max_shift = true;
+    m.stale_max = 10.0;  // lazy rescaling within e^10 (14.4 in base 2)
     m.reciprocal_normalisation = true;
     m.gradual_underflow = false;
     return m;
@@ -40,6 +41,7 @@ ErrorModel reference_model() {
     m.scale_roundings = 1;  // static_cast<T>(scale)
     m.shift_roundings = 1;  // std::exp(s - m)
     m.rounded_max_shift = false;
+    m.stale_max = 0;
     m.reciprocal_normalisation = false;  // p = e / sum
     m.gradual_underflow = true;          // x86-64 CPU arithmetic; the library never sets flush-to-zero
     return m;
@@ -59,6 +61,7 @@ ErrorModel tiled_model(Index key_block) {
     // output acc * fl(1 / l), possibly on a GPU that flushes to zero.
     m.shift_roundings = 2;
     m.rounded_max_shift = true;
+    m.stale_max = 0;  // FlashAttention-2 rescales whenever the max moves
     m.reciprocal_normalisation = true;
     m.gradual_underflow = false;
     return m;
@@ -72,6 +75,7 @@ ErrorModel library_tiled_model() {
     // lib/src/sdpa_tiled.cpp: p = Exp(s - m_new), c = Exp(m - m_new), out = acc / l, on the CPU.
     m.shift_roundings = 1;
     m.rounded_max_shift = false;
+    m.stale_max = 0;
     m.reciprocal_normalisation = false;
     m.gradual_underflow = true;
     return m;

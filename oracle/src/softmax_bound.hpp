@@ -17,14 +17,15 @@ namespace attn::oracle::detail {
 
 // ---- the options every oracle entry point checks ---------------------------------------------------------------------
 
-// bits in [0, 516]; an error model with exp_ulps >= 0, scale_roundings >= 0 and shift_roundings >= 1 (a difference
-// of two logits rounds at least once).
+// bits in [0, 516]; an error model with exp_ulps >= 0, scale_roundings >= 0, shift_roundings >= 1 (a difference
+// of two logits rounds at least once) and a stale max below exp's range.
 inline void check_oracle_options(const std::string& function, const OracleOptions& o) {
     if (o.bits < 0 || o.bits > 516)
         throw ConfigError(function + ": bits must be in [0, 516] (0 = default), got " + std::to_string(o.bits));
-    if (!(o.model.exp_ulps >= 0) || o.model.scale_roundings < 0 || o.model.shift_roundings < 1)
+    if (!(o.model.exp_ulps >= 0) || o.model.scale_roundings < 0 || o.model.shift_roundings < 1 ||
+        !(o.model.stale_max >= 0 && o.model.stale_max < 700))
         throw ConfigError(function + ": error model '" + o.model.name +
-                          "' needs exp_ulps >= 0, scale_roundings >= 0 and shift_roundings >= 1");
+                          "' needs exp_ulps >= 0, scale_roundings >= 0, shift_roundings >= 1 and 0 <= stale_max < 700");
 }
 
 // ---- section 1: gamma_n -----------------------------------------------------------------------------------------
@@ -210,8 +211,11 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
                                            double A) {
     RowRounding P;
     const double gamma_r = gamma(static_cast<double>(model.scale_roundings), u);
-    P.k_sigma = gamma(static_cast<double>(model.shift_roundings), u) * (1 + gamma_r) + gamma_r;
-    P.offset = model.rounded_max_shift ? u * (1 + gamma_r) * (max_abs_logit + A) : 0.0;
+    P.k_sigma = gamma(static_cast<double>(model.shift_roundings), u) * (1 + gamma_r) + gamma_r;  // gamma_k (1 + gamma_r) + gamma_r
+    const double gamma_k = gamma(static_cast<double>(model.shift_roundings), u);
+    // The rounded-max shift's u |m| per key, and lazy rescaling's 2 gamma_k stale_max (a key above a stale max).
+    P.offset = (model.rounded_max_shift ? u * (1 + gamma_r) * (max_abs_logit + A) : 0.0) +
+               2 * gamma_k * (1 + gamma_r) * model.stale_max;
     // k ulps are at most 2 k u relative to the exact value, or to the computed one, which is within (1 + 2 k u) of it.
     const double eps_exp = 2 * model.exp_ulps * u * (1 + 2 * model.exp_ulps * u);
     P.log_up = (1 + R) * std::log1p(eps_exp);  // the key's own exp and one per rescaling

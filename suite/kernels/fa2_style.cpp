@@ -1,4 +1,4 @@
-// A correct kernel in FlashAttention-2's arithmetic, so that the tiled(key_block) error model is checked against
+// Correct kernels in FlashAttention-2's arithmetic (and with FlashAttention-4's lazy rescaling), so that the tiled(key_block) error model is checked against
 // what it claims to cover (oracle/BOUNDS.md sections 3 and 6): raw dot products s (the scale is not applied to
 // them), keys in blocks of kKeyBlock, per block m_new = the running max of s, the shift as one FMA against a
 // separately rounded max, exp2(fma(s, c, -fl(m_new c))) with c = fl(fl(scale) log2(e)), rescaling by
@@ -16,7 +16,9 @@ namespace {
 
 constexpr Index kKeyBlock = 16;  // small, so that the suite's cases span several blocks
 
-template <class T>
+// lazy_log2 > 0: lazy rescaling as in FlashAttention-4: the running max moves only when a block's max exceeds it by
+// more than lazy_log2 in the base-2 exponent; until then keys above it get exp2 of a positive argument.
+template <class T, int lazy_log2>
 void fa2_mix(const SdpaProblem<T>& p, Index b, const SdpaOptions&, const std::vector<T>&, T* out) {
     constexpr T inf = std::numeric_limits<T>::infinity();
     const T c = static_cast<T>(p.scale) * static_cast<T>(1.4426950408889634);  // scale * log2(e), rounded twice
@@ -43,7 +45,9 @@ void fa2_mix(const SdpaProblem<T>& p, Index b, const SdpaOptions&, const std::ve
                 any = true;
             }
             if (!any) continue;
-            if (started) {
+            // Lazy: keep the stale max while the block's max is within lazy_log2 of it (a NaN max moves it).
+            if (started && lazy_log2 > 0 && !std::isnan(m_new) && (m_new - m) * c <= T(lazy_log2)) m_new = m;
+            if (started && m_new != m) {
                 const T alpha = std::exp2((m - m_new) * c);  // fl(fl(m_old - m_new) c), then exp2
                 l *= alpha;
                 for (T& a : acc) a *= alpha;
@@ -70,24 +74,38 @@ void fa2_mix(const SdpaProblem<T>& p, Index b, const SdpaOptions&, const std::ve
     }
 }
 
-template <class T>
+template <int lazy_log2>
 struct Fa2Style {
-    static SdpaResult<T> run(const std::string& name, TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
-                             std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
-        mutant::Steps<T> steps;
-        steps.mix = fa2_mix<T>;  // the weights, when asked for, are the driver's plain softmax
-        return mutant::run<T>(name, q, k, v, m, o, steps);
-    }
+    template <class T>
+    struct Kernel {
+        static SdpaResult<T> run(const std::string& name, TensorView<const T> q, TensorView<const T> k,
+                                 TensorView<const T> v, std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
+            mutant::Steps<T> steps;
+            steps.mix = fa2_mix<T, lazy_log2>;  // the weights, when asked for, are the driver's plain softmax
+            return mutant::run<T>(name, q, k, v, m, o, steps);
+        }
+    };
 };
 
 }  // namespace
 
 Implementation fa2_style() {
-    Implementation impl = mutant::make_mutant<Fa2Style>(
+    Implementation impl = mutant::make_mutant<Fa2Style<0>::Kernel>(
         "fa2_style", "FlashAttention-2's arithmetic: raw dots, exp2(fma(s, c, -fl(m c))) per key block of 16, "
                      "exp2 rescaling, acc * fl(1 / l); checked under tiled(16)");
     impl.is_mutant = false;
     impl.error_model = oracle::tiled_model(kKeyBlock);
+    return impl;
+}
+
+Implementation fa2_lazy() {
+    Implementation impl = mutant::make_mutant<Fa2Style<8>::Kernel>(
+        "fa2_lazy", "fa2_style with FlashAttention-4's lazy rescaling (the max moves only when exceeded by more than 8 "
+                    "in base 2); checked under tiled(16) with stale_max = 8 ln 2");
+    impl.is_mutant = false;
+    impl.error_model = oracle::tiled_model(kKeyBlock);
+    // 8 ln 2 = 5.545 in the natural exponent, and a little more for the rounding of the kernel's own test.
+    impl.error_model.stale_max = 5.6;
     return impl;
 }
 

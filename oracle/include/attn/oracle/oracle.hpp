@@ -24,6 +24,10 @@ struct ErrorModel {
     // The shift subtracts a separately rounded max, exp2(fma(s, c, -fl(m * c))) (FlashAttention-2's form): each key's
     // exponent carries up to u |m| more, which does not telescope over rescalings.
     bool rounded_max_shift = true;
+    // Lazy rescaling: the running max is kept while a new logit exceeds it by at most stale_max (in the natural
+    // exponent), so exps of arguments up to +stale_max occur and the max is rescaled less often (FlashAttention-4
+    // keeps it within 8 in base 2, 5.55 here). 0: the running max always follows the logits.
+    double stale_max = 10.0;
     // Normalised by a reciprocal, acc * fl(1 / l) and e * fl(1 / l), one rounding more than a division.
     bool reciprocal_normalisation = true;
     // Results below the normal range are rounded (IEEE gradual underflow), never flushed to zero: products and
