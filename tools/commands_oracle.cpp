@@ -76,8 +76,9 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
                     "(natural exponent; generic assumes 10, the others 0)")
         ->check(CLI::Range(0.0, 699.0));
     cmd->add_option("--underflow", args.underflow,
-                    "Below the normal range the kernel rounds (gradual, IEEE CPUs) or may flush to zero (ftz, GPUs); "
-                    "default: the model's (generic and tiled ftz, reference gradual)")
+                    "Below the normal range the kernel rounds (gradual, IEEE CPUs) or may flush results and read "
+                    "subnormal inputs as zero (ftz, GPUs); default: the model's (generic and tiled ftz, reference "
+                    "gradual)")
         ->check(CLI::IsMember({"gradual", "ftz"}));
 }
 
@@ -124,7 +125,10 @@ oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in) {
     oo.bits = args.bits;
     oo.model = oracle::model_by_name(args.model, args.key_block);
     if (args.stale_max) oo.model.stale_max = *args.stale_max;
-    if (!args.underflow.empty()) oo.model.gradual_underflow = args.underflow == "gradual";
+    if (!args.underflow.empty()) {  // gradual: IEEE arithmetic throughout; ftz: results and inputs may be flushed
+        oo.model.gradual_underflow = args.underflow == "gradual";
+        oo.model.inputs_flushed = !oo.model.gradual_underflow;
+    }
     return oracle::scaled_dot_product_attention<T>(q.view(), k.view(), v.view(), allowed_view, sdpa_options(args), oo);
 }
 
@@ -233,7 +237,8 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                                  {"rounded_max_shift", m.rounded_max_shift},
                                  {"stale_max", m.stale_max},
                                  {"reciprocal_normalisation", m.reciprocal_normalisation},
-                                 {"gradual_underflow", m.gradual_underflow}};
+                                 {"gradual_underflow", m.gradual_underflow},
+                                 {"inputs_flushed", m.inputs_flushed}};
         std::ofstream file(args.json_path);
         if (!file) throw IoError("check: cannot write " + args.json_path);
         file << report.dump(2) << "\n";

@@ -154,6 +154,8 @@ private:
         std::vector<double> abs_dot;     // (n) sum_d |q_d k_jd|
         std::vector<double> abs_sum;     // (n) sum_d (|q_d| + |k_jd|), for the underflow terms
         std::vector<double> logit_self;  // (n) the oracle's own error of s_j
+        std::vector<double> flushed;     // (n) sum_d (e_qd |k_jd| + |q_d| e_kjd + e_qd e_kjd), e = |x| for subnormal
+                                         // inputs a kernel may read as 0 (ErrorModel::inputs_flushed), else 0
     };
 
     // The bound's parameters for one row (sections 3-4): the implementation's and the oracle's own.
@@ -189,6 +191,7 @@ private:
         L.abs_dot.resize(n);
         L.abs_sum.resize(n);
         L.logit_self.resize(n);
+        L.flushed.assign(n, 0.0);
         double abs_q = 0;
         for (Index d = 0; d < Dk; ++d) abs_q += std::fabs(qi[d]);
         const Real scale_mp(p_.scale);
@@ -197,6 +200,11 @@ private:
             double abs_k = 0;
             for (Index d = 0; d < Dk; ++d) abs_k += std::fabs(kj[d]);
             L.abs_sum[c] = abs_q + abs_k;
+            if (model_.inputs_flushed)
+                for (Index d = 0; d < Dk; ++d) {
+                    const double eq = flushable<T>(qi[d]), ek = flushable<T>(kj[d]);
+                    L.flushed[c] += eq * std::fabs(kj[d]) + std::fabs(qi[d]) * ek + eq * ek;
+                }
             if (fast) {
                 const DoubleDouble dd = dot2(qi, kj, Dk, L.abs_dot[c]);
                 L.s[c] = scale_mp * (Real(dd.hi) + Real(dd.lo));
@@ -227,7 +235,7 @@ private:
         std::vector<double> a(n);
         double A = 0, max_abs_logit = 0;  // max_j |s_j|, rounded up (the oracle's own logit error included)
         for (std::size_t c = 0; c < n; ++c) {
-            a[c] = logit_bound(lr, 0.0, L.abs_dot[c], L.abs_sum[c]);
+            a[c] = logit_bound(lr, L.flushed[c], L.abs_dot[c], L.abs_sum[c]);
             A = std::max(A, a[c]);
             max_abs_logit = std::max(max_abs_logit, std::fabs(static_cast<double>(L.s[c])) * (1 + 0x1p-52) + L.logit_self[c]);
         }
@@ -280,7 +288,7 @@ private:
         } else {
             split(weighted_sum(sm.p, [&](std::size_t c) { return Real(v_at(c)); }), od, o_lo);
         }
-        double scale_c = 0, abs_v = 0;
+        double scale_c = 0, abs_v = 0, abs_v_impl = 0;
         OutputSums sums[4];
         for (std::size_t c = 0; c < n; ++c) {
             const double vj = v_at(c);
@@ -288,11 +296,15 @@ private:
             const double d = std::fabs(vj - od);  // |v_j - o| <= d + |od| 2^-52 (Normalisation::o_rounding)
             scale_c += sm.p_hi[c] * av;
             abs_v += av;
-            for (int z = 0; z < 4; ++z) rb.nz[z].add(sums[z], c, d, av);
+            // The implementation's values: v_j, or 0 where a flushing kernel reads a subnormal v_j (section 9's e_v).
+            const double ev = model_.inputs_flushed ? flushable<T>(vj) : 0.0;
+            abs_v_impl += av + ev;
+            for (int z = 0; z < 2; ++z) rb.nz[z].add(sums[z], c, d + ev, av, ev);
+            for (int z = 2; z < 4; ++z) rb.nz[z].add(sums[z], c, d, av);
         }
         double rel[4];
         for (int z = 0; z < 4; ++z) rel[z] = rb.nz[z].output_rel(sums[z], rb.nz[z].o_rounding(od), std::fabs(od));
-        const double bound = rb.under.output(std::min(rel[0], rel[1]), abs_v, std::fabs(od)) * kBoundInflation;
+        const double bound = rb.under.output(std::min(rel[0], rel[1]), abs_v_impl, std::fabs(od)) * kBoundInflation;
         // + underflow in double: p_j below the normal range (2^-1074 |v_j| each) and the double-double sums.
         // + storing o as od + o_lo (exact on the fast path, 2^-106 relative otherwise).
         const double nd = static_cast<double>(n);

@@ -20,6 +20,7 @@ namespace {
 // softmax_bound.hpp: the row's softmax and bound, shared with the SDPA engine.
 using detail::direct_factor;
 using detail::exact_softmax;
+using detail::flushable;
 using detail::ExactSoftmax;
 using detail::exponent_perturbation;
 using detail::gamma;
@@ -124,7 +125,8 @@ struct Projected {
 
 template <class Real, class T>
 Projected<Real> project(TensorView<const T> x, TensorView<const T> W, TensorView<const T> bias,
-                        const std::vector<char>& read, double u, const UnderflowUnits& eta, double u_mp) {
+                        const std::vector<char>& read, double u, const UnderflowUnits& eta, double u_mp,
+                        bool inputs_flushed) {
     const Index B = x.dim(0), Tn = x.dim(1), width = x.dim(2), out = W.dim(0);
     const bool has_bias = bias.numel() > 0;
     Projected<Real> r;
@@ -139,14 +141,20 @@ Projected<Real> project(TensorView<const T> x, TensorView<const T> W, TensorView
                 const double bc = has_bias ? static_cast<double>(bias({c})) : 0.0;
                 Real acc(bc);
                 double mag = std::fabs(bc);  // sum |x_i W_ci| + |b_c|
+                double flushed = inputs_flushed ? flushable<T>(bc) : 0.0;  // subnormal inputs read as 0
                 for (Index i = 0; i < width; ++i) {
                     const double xi = static_cast<double>(x({b, t, i})), wi = static_cast<double>(W({c, i}));
                     acc += Real(xi) * Real(wi);  // exact product: 53 + 53 bits < the working precision
                     mag += std::fabs(xi * wi);
+                    if (inputs_flushed) {
+                        const double ex = flushable<T>(xi), ew = flushable<T>(wi);
+                        flushed += ex * std::fabs(wi) + std::fabs(xi) * ew + ex * ew;
+                    }
                 }
                 const std::size_t at = static_cast<std::size_t>((b * Tn + t) * out + c);
                 r.y[at] = acc;
-                r.impl[at] = g_impl * mag + (width + 1) * (eta.mul + eta.add) * (1 + g_impl);
+                r.impl[at] = flushed * (1 + g_impl) + g_impl * (mag + flushed) +
+                             (width + 1) * (eta.mul + eta.add) * (1 + g_impl);
                 r.self[at] = 2 * g_self * mag;
             }
         }
@@ -335,7 +343,7 @@ private:
 // Step 5: output = context (B, Tq, E) @ out_proj_weight^T (E, E) + out_proj_bias, from the perturbed context.
 template <class Real, class T>
 void output_projection(const MultiHeadAttention<T>& m, const MhaProblem& p, const HeadPass<Real, T>& heads,
-                       const UnderflowUnits& eta, Result<T>& r) {
+                       const UnderflowUnits& eta, const ErrorModel& model, Result<T>& r) {
     constexpr double u = std::numeric_limits<T>::epsilon() / 2;
     const double u_mp = std::ldexp(1.0, -(std::numeric_limits<Real>::digits - 1));
     const double inf = std::numeric_limits<double>::infinity();
@@ -356,6 +364,8 @@ void output_projection(const MultiHeadAttention<T>& m, const MhaProblem& p, cons
                 const double bc = has_bias ? static_cast<double>(bo({col})) : 0.0;
                 Real acc(bc);
                 double prop = 0, mag = std::fabs(bc), prop_s = 0, mag_s = std::fabs(bc), scale_c = std::fabs(bc);
+                // Subnormal weights and bias a flushing kernel reads as 0 (the context is computed, not an input).
+                double flushed = model.inputs_flushed ? flushable<T>(bc) : 0.0;
                 for (Index c = 0; c < E; ++c) {
                     const std::size_t oc = idx((b * Tq + i) * E + c);
                     const double w = static_cast<double>(Wo({col, c})), wa = std::fabs(w);
@@ -366,8 +376,10 @@ void output_projection(const MultiHeadAttention<T>& m, const MhaProblem& p, cons
                     prop_s += wa * heads.ctx_self[oc];
                     mag_s += wa * oa;
                     scale_c += wa * std::fabs(static_cast<double>(heads.ctx[oc]));
+                    if (model.inputs_flushed) flushed += flushable<T>(w) * (oa + heads.ctx_impl[oc]);
                 }
-                const double bound = (prop + gE * mag + (E + 1) * (eta.mul + eta.add) * (1 + gE)) * kBoundInflation;
+                const double bound = (prop + flushed * (1 + gE) + gE * (mag + flushed) +
+                                      (E + 1) * (eta.mul + eta.add) * (1 + gE)) * kBoundInflation;
                 const double self = 2 * (prop_s + gE_s * mag_s);
                 double hi, lo;
                 split(acc, hi, lo);
@@ -389,14 +401,14 @@ void solve(const MultiHeadAttention<T>& m, const MhaProblem& p, TensorView<const
     const UnderflowUnits eta = underflow_units<T>(model);  // BOUNDS.md sections 0 and 4
     const double u_mp = std::ldexp(1.0, -(std::numeric_limits<Real>::digits - 1));
     // 1. projections: q (B, Tq, E), k and v (B, Tk, G*Dh).
-    const Projected<Real> q = project<Real, T>(xq, m.q_proj_weight(), m.q_proj_bias(), p.q_read, u, eta, u_mp);
-    const Projected<Real> k = project<Real, T>(xk, m.k_proj_weight(), m.k_proj_bias(), p.kv_read, u, eta, u_mp);
-    const Projected<Real> v = project<Real, T>(xv, m.v_proj_weight(), m.v_proj_bias(), p.kv_read, u, eta, u_mp);
+    const Projected<Real> q = project<Real, T>(xq, m.q_proj_weight(), m.q_proj_bias(), p.q_read, u, eta, u_mp, model.inputs_flushed);
+    const Projected<Real> k = project<Real, T>(xk, m.k_proj_weight(), m.k_proj_bias(), p.kv_read, u, eta, u_mp, model.inputs_flushed);
+    const Projected<Real> v = project<Real, T>(xv, m.v_proj_weight(), m.v_proj_bias(), p.kv_read, u, eta, u_mp, model.inputs_flushed);
     // 2-4. per head: logits, softmax, context.
     HeadPass<Real, T> heads(p, q, k, v, options, model);
     heads.run();
     // 5. the output projection.
-    output_projection<Real, T>(m, p, heads, eta, r);
+    output_projection<Real, T>(m, p, heads, eta, model, r);
     r.bits = std::numeric_limits<Real>::digits;
 }
 

@@ -26,6 +26,7 @@ ErrorModel generic_model() {
     m.stale_max = 10.0;  // lazy rescaling within e^10 (14.4 in base 2)
     m.reciprocal_normalisation = true;
     m.gradual_underflow = false;
+    m.inputs_flushed = true;
     return m;
 }
 
@@ -44,6 +45,7 @@ ErrorModel reference_model() {
     m.stale_max = 0;
     m.reciprocal_normalisation = false;  // p = e / sum
     m.gradual_underflow = true;          // x86-64 CPU arithmetic; the library never sets flush-to-zero
+    m.inputs_flushed = false;
     return m;
 }
 
@@ -64,6 +66,7 @@ ErrorModel tiled_model(Index key_block) {
     m.stale_max = 0;  // FlashAttention-2 rescales whenever the max moves
     m.reciprocal_normalisation = true;
     m.gradual_underflow = false;
+    m.inputs_flushed = true;
     return m;
 }
 
@@ -78,6 +81,7 @@ ErrorModel library_tiled_model() {
     m.stale_max = 0;
     m.reciprocal_normalisation = false;
     m.gradual_underflow = true;
+    m.inputs_flushed = false;
     return m;
 }
 

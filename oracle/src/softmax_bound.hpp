@@ -95,6 +95,14 @@ UnderflowUnits underflow_units(const ErrorModel& model) {
     return {static_cast<double>(std::numeric_limits<float>::denorm_min()) / 2, 0.0, eta};  // 2^-150
 }
 
+// Assumption 2's exception (ErrorModel::inputs_flushed): |x| when a kernel that flushes subnormal inputs may read x
+// as 0 (x below T's normal range), else 0.
+template <class T>
+double flushable(double x) {
+    const double a = std::fabs(x);
+    return a < static_cast<double>(std::numeric_limits<T>::min()) ? a : 0.0;
+}
+
 // ---- section 2: the implementation's logit error a_j ---------------------------------------------------------------
 
 // The per-row constants of section 2 for a dot product of length Dk (Dh for a head). The scale's own roundings are

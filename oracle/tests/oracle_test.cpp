@@ -247,6 +247,26 @@ TEST_CASE("a scale below the dtype's normal range is refused, not checked agains
     CHECK_NOTHROW(oracle::scaled_dot_product_attention<float>(q1, k1, v, std::nullopt, options));
 }
 
+// Denormals-are-zero: a kernel that reads subnormal inputs as 0 (a GPU with flush-to-zero) returns 0 here, where
+// the exact output is half a subnormal value. The generic model (flush-to-zero, inputs flushed) accepts it; the
+// reference model (IEEE gradual underflow, inputs read as given) rejects it, as it must for a CPU kernel.
+TEST_CASE("a kernel that flushes subnormal inputs passes generic and fails the gradual-underflow models", "[oracle]") {
+    const float sub = 1e-39f;  // subnormal in float
+    REQUIRE(std::fpclassify(sub) == FP_SUBNORMAL);
+    const Tensor<float> q({1, 1}, {1.0f}), k({2, 1}, {1.0f, 1.0f}), v({2, 1}, {sub, 0.0f});
+    const Tensor<float> flushed_output({1, 1}, {0.0f});  // v read as [0, 0]
+    oracle::OracleOptions generic, reference;
+    generic.model = oracle::generic_model();
+    reference.model = oracle::reference_model();
+    const auto g = oracle::scaled_dot_product_attention<float>(q, k, v, std::nullopt, {}, generic);
+    const auto r = oracle::scaled_dot_product_attention<float>(q, k, v, std::nullopt, {}, reference);
+    CHECK(oracle::check_candidate<float>(flushed_output.view(), g).pass());
+    CHECK_FALSE(oracle::check_candidate<float>(flushed_output.view(), r).pass());
+    // Read as given, the same kernel's output (5e-40 rounded to float) passes the reference model too.
+    const Tensor<float> ieee_output({1, 1}, {sub / 2});
+    CHECK(oracle::check_candidate<float>(ieee_output.view(), r).pass());
+}
+
 TEST_CASE("ulp_distance: +0 == -0, NaN only matches NaN, Inf mismatches are infinite, sign flips are measured", "[oracle][metrics]") {
     constexpr double inf = std::numeric_limits<double>::infinity();
     const float nan = std::numeric_limits<float>::quiet_NaN();

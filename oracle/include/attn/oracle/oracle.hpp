@@ -30,6 +30,9 @@ struct ErrorModel {
     double stale_max = 10.0;
     // Normalised by a reciprocal, acc * fl(1 / l) and e * fl(1 / l), one rounding more than a division.
     bool reciprocal_normalisation = true;
+    // Subnormal inputs may be read as 0 (denormals-are-zero, with flush-to-zero on GPUs): each element of q, k and v
+    // below the normal range may be off by its own magnitude.
+    bool inputs_flushed = true;
     // Results below the normal range are rounded (IEEE gradual underflow), never flushed to zero: products and
     // quotients then err by at most half the smallest subnormal, sums not at all. false: flush-to-zero (GPUs).
     bool gradual_underflow = false;
