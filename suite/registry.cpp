@@ -12,6 +12,7 @@ namespace attn::suite {
 namespace kernels {
 Implementation fa2_style();  // kernels/fa2_style.cpp
 Implementation fa2_lazy();
+Implementation flash_decoding();  // kernels/flash_decoding.cpp
 }  // namespace kernels
 
 namespace {
@@ -76,7 +77,7 @@ std::vector<Implementation> build() {
     mha.run_double = run_mha_path<double>;
     all.push_back(std::move(mha));
     // Correct kernels in arithmetic the library's backends do not use, each under the error model that claims it.
-    for (Implementation k : {kernels::fa2_style(), kernels::fa2_lazy()}) {
+    for (Implementation k : {kernels::fa2_style(), kernels::fa2_lazy(), kernels::flash_decoding()}) {
         k.returns_weights = false;
         all.push_back(std::move(k));
     }

@@ -73,7 +73,7 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
         ->check(CLI::PositiveNumber);
     cmd->add_option("--stale-max", args.stale_max,
                     "Lazy rescaling: the kernel keeps a stale running max until a logit exceeds it by more than this "
-                    "(natural exponent; generic assumes 10, the others 0)")
+                    "(natural exponent; generic assumes 5.6, FlashAttention-4's 8 in base 2; the others 0)")
         ->check(CLI::Range(0.0, 699.0));
     cmd->add_option("--underflow", args.underflow,
                     "Below the normal range the kernel rounds (gradual, IEEE CPUs) or may flush results and read "
@@ -236,6 +236,8 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                                  {"shift_roundings", m.shift_roundings},
                                  {"rounded_max_shift", m.rounded_max_shift},
                                  {"stale_max", m.stale_max},
+                                 {"split_kv", m.split_kv},
+                                 {"log_ulps", m.log_ulps},
                                  {"reciprocal_normalisation", m.reciprocal_normalisation},
                                  {"gradual_underflow", m.gradual_underflow},
                                  {"inputs_flushed", m.inputs_flushed}};

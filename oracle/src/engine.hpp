@@ -247,8 +247,11 @@ private:
         // division's rounding.
         const double g2n = gamma(2.0 * nd, 0x1p-53);
         rb.self = oracle_rounding(nd, u_mp_, (fast ? 2 * g2n * g2n + 4 * 0x1p-106 : gamma(nd, u_mp_)) + 2 * u_mp_);
-        rb.nz[0] = normalise(rb.impl, theta_rest, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, false);
-        rb.nz[1] = normalise(rb.impl, theta_rest, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, true);
+        std::vector<double> theta_D_rest;  // split-KV: k_D a_j, the per-key part of the combine's mismatch
+        if (rb.impl.split)
+            for (std::size_t c = 0; c < n; ++c) theta_D_rest.push_back(rb.impl.k_D * a[c]);
+        rb.nz[0] = normalise(rb.impl, theta_rest, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, false, theta_D_rest);
+        rb.nz[1] = normalise(rb.impl, theta_rest, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, true, theta_D_rest);
         // The oracle's own exponents: Theta_self_j = logit_self_j + u_mp (sigma_j + logit_self_j + A_self) (section 5).
         const double A_self = *std::max_element(L.logit_self.begin(), L.logit_self.end());
         std::vector<double> theta_self(n);

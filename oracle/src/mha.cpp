@@ -447,6 +447,9 @@ Result<T> multi_head_attention(const MultiHeadAttention<T>& module, TensorView<c
     r.output_exact = Tensor<long double>(out_shape);
     r.output_exact_lo = Tensor<long double>(out_shape);
     r.model = oracle_options.model;
+    // The module's head path never splits the keys and section 9 derives no split-KV combine: the bound is for the
+    // model without it, and the result says so.
+    r.model.split_kv = false;
     const int bits = oracle_options.bits;
     if (bits <= 114) solve<detail::Mpfr114, T>(module, p, query_states, key_states, value_states, options, r.model, r);
     else if (bits <= 261) solve<detail::Mpfr261, T>(module, p, query_states, key_states, value_states, options, r.model, r);

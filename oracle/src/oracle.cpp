@@ -23,7 +23,9 @@ ErrorModel generic_model() {
     m.scale_roundings = 5;
     m.shift_roundings = 2;  // exp2(fl(fl(m_old - m_new) * c))
     m.rounded_max_shift = true;
-    m.stale_max = 10.0;  // lazy rescaling within e^10 (14.4 in base 2)
+    m.stale_max = 5.6;   // lazy rescaling within 8 in base 2 (FlashAttention-4), 8 ln 2 = 5.545 rounded up
+    m.split_kv = true;   // FlashDecoding's log-sum-exp combine of key splits
+    m.log_ulps = 4.0;
     m.reciprocal_normalisation = true;
     m.gradual_underflow = false;
     m.inputs_flushed = true;
@@ -43,6 +45,7 @@ ErrorModel reference_model() {
     m.shift_roundings = 1;  // std::exp(s - m)
     m.rounded_max_shift = false;
     m.stale_max = 0;
+    m.split_kv = false;
     m.reciprocal_normalisation = false;  // p = e / sum
     m.gradual_underflow = true;          // x86-64 CPU arithmetic; the library never sets flush-to-zero
     m.inputs_flushed = false;
@@ -64,6 +67,7 @@ ErrorModel tiled_model(Index key_block) {
     m.shift_roundings = 2;
     m.rounded_max_shift = true;
     m.stale_max = 0;  // FlashAttention-2 rescales whenever the max moves
+    m.split_kv = false;
     m.reciprocal_normalisation = true;
     m.gradual_underflow = false;
     m.inputs_flushed = true;
@@ -79,6 +83,7 @@ ErrorModel library_tiled_model() {
     m.shift_roundings = 1;
     m.rounded_max_shift = false;
     m.stale_max = 0;
+    m.split_kv = false;
     m.reciprocal_normalisation = false;
     m.gradual_underflow = true;
     m.inputs_flushed = false;

@@ -23,9 +23,10 @@ inline void check_oracle_options(const std::string& function, const OracleOption
     if (o.bits < 0 || o.bits > 516)
         throw ConfigError(function + ": bits must be in [0, 516] (0 = default), got " + std::to_string(o.bits));
     if (!(o.model.exp_ulps >= 0) || o.model.scale_roundings < 0 || o.model.shift_roundings < 1 ||
-        !(o.model.stale_max >= 0 && o.model.stale_max < 700))
+        !(o.model.stale_max >= 0 && o.model.stale_max < 700) || !(o.model.log_ulps >= 0))
         throw ConfigError(function + ": error model '" + o.model.name +
-                          "' needs exp_ulps >= 0, scale_roundings >= 0, shift_roundings >= 1 and 0 <= stale_max < 700");
+                          "' needs exp_ulps >= 0, log_ulps >= 0, scale_roundings >= 0, shift_roundings >= 1 and "
+                          "0 <= stale_max < 700");
 }
 
 // ---- section 1: gamma_n -----------------------------------------------------------------------------------------
@@ -211,6 +212,11 @@ struct RowRounding {
     double gamma_S = 0;               // the sum over keys, per term
     double gamma_O = 0;               // the weighted sum over keys including the final division, per term
     double u_div = 0;                 // the division e_j / S (or product e_j * fl(1 / S)) for the weights
+    // Split-KV (section 3): the combine's numerator and denominator exps of a split differ, a per-key relative
+    // perturbation Phi_j of the denominator with log(1 + Phi_j) <= theta_D + k_D (sigma_j + a_j) (k_D a_j added by
+    // the caller), and lse's own error, a factor e^{+-lse_common} on the whole output.
+    bool split = false;
+    double k_D = 0, theta_D = 0, lse_common = 0;
 };
 
 // Sections 3-4 for an implementation in T with R rescalings and the model's exp over n keys. max_abs_logit >=
@@ -232,6 +238,22 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
     P.gamma_S = gamma(n - 1 + R, u);
     P.gamma_O = gamma(n + 1 + recip + R, u);
     P.u_div = gamma(1 + recip, u);
+    if (model.split_kv) {
+        // At most n splits. Within one: everything above. The combine (section 3, split-KV): lse_s = fl(m_s +
+        // fl(log l_s)), lse = fl(M + fl(log sum_s exp(fl(lse_s - M)))), out = sum_s fl(exp(fl(lse_s - lse)) o_s).
+        const double L = std::log(n) + model.stale_max + 1;       // |log l_s| and |log E| are at most this
+        const double e_log = 2 * model.log_ulps * u * (1 + 2 * model.log_ulps * u) * (L + 1);
+        const double lse_max = max_abs_logit + A + L + 1;          // |lse_s|, |lse| (computed) are at most this
+        const double lambda_s = e_log + u * lse_max;               // each split's lse_s, per key
+        P.offset += lambda_s;
+        P.log_up = (2 + R) * std::log1p(eps_exp);                 // one more exp: the split's combine weight
+        P.log_down = (2 + R) * std::log1p(-eps_exp);
+        P.gamma_O = gamma(2 * n + 1 + recip + R, u);              // + the product c_s o_s and n - 1 additions
+        P.split = true;
+        P.k_D = 2 * gamma_k;  // fl(lse_s - lse) and fl(lse_s - M): gamma_k |lse_s - lse| each
+        P.theta_D = 2 * gamma_k * (A + L + 1 + lambda_s) + std::log1p(eps_exp) - std::log1p(-eps_exp);
+        P.lse_common = e_log + u * lse_max;
+    }
     return P;
 }
 
@@ -275,6 +297,8 @@ struct OutputSums {
 struct Normalisation {
     std::vector<double> B, pB, w;  // B_j, p_j B_j (in log space when B_j is large), p_j + p_j B_j
     double sum_pB = 0, delta = 0, gamma_S = 0, gamma_O = 0;
+    double sum_pD = 0;      // split-KV: sum_j p_j ((1 + B_j)(1 + Phi_j) - 1) >= sum_j (p_j + p_j B_j) Phi_j
+    double lse_common = 0;  // split-KV: lse's own error
     bool bounded = false;  // Delta < 1/2 and gamma_O < 1/2
 
     // Key j's terms of (*).
@@ -292,17 +316,20 @@ struct Normalisation {
     double o_rounding(double o) const { return sum_pB * std::fabs(o) * 0x1p-52; }
     // The numerator of (*), plus o_rounding; o_up >= |o_c|.
     double output_numerator(const OutputSums& s, double o_round, double o_up) const {
-        return s.spread + s.dv + o_round + gamma_O * s.absterm + gamma_S * o_up * (1 + sum_pB);
+        return s.spread + s.dv + o_round + gamma_O * s.absterm + gamma_S * o_up * (1 + sum_pB) +
+               (1 + gamma_S) * o_up * sum_pD;
     }
-    // (*): rel_c, +inf when the normalisation does not bound the row.
+    // (*): rel_c, +inf when the normalisation does not bound the row; split-KV's common lse error on top.
     double output_rel(const OutputSums& s, double o_round, double o_up) const {
         if (!bounded) return std::numeric_limits<double>::infinity();
-        return output_numerator(s, o_round, o_up) / (1 - delta);
+        const double rel = output_numerator(s, o_round, o_up) / (1 - delta);
+        return rel + std::expm1(lse_common) * (o_up + rel);
     }
     // Section 4, the weights' relative part: [p_j B_j + u (p_j + p_j B_j) + p_j Delta] / (1 - Delta).
     double weight_rel(std::size_t c, double p, double u_div) const {
         if (!bounded) return std::numeric_limits<double>::infinity();
-        return (pB[c] + u_div * (p + pB[c]) + p * delta) / (1 - delta);
+        const double rel = (pB[c] + u_div * (p + pB[c]) + p * delta) / (1 - delta);
+        return rel + std::expm1(lse_common) * (p + rel);
     }
     // The same divided by p_j (the caller checks Delta).
     double weight_rel_factor(std::size_t c, double u_div) const { return (B[c] + u_div * (1 + B[c]) + delta) / (1 - delta); }
@@ -312,8 +339,9 @@ struct Normalisation {
 inline void finish(Normalisation& N, const RowRounding& P) {
     N.gamma_S = P.gamma_S;
     N.gamma_O = P.gamma_O;
-    N.delta = N.sum_pB + P.gamma_S * (1 + N.sum_pB);
-    N.bounded = N.delta < 0.5 && P.gamma_O < 0.5;  // false for NaN too
+    N.lse_common = P.lse_common;
+    N.delta = N.sum_pB + P.gamma_S * (1 + N.sum_pB) + (1 + P.gamma_S) * N.sum_pD;
+    N.bounded = N.delta < 0.5 && P.gamma_O < 0.5 && P.lse_common < 0.5;  // false for NaN too
 }
 
 // Direct normalisation from given B_j and upper bounds p_j (the MHA path): p_j B_j = p_j B_j, p_j (1 + B_j).
@@ -337,14 +365,15 @@ inline Normalisation normalise(const std::vector<double>& B, const std::vector<d
 //           key's logit error is large but the row is nearly one-hot.
 // p_j B_j < exp(-sigma_j (1 - k_sigma) - log W + log(1 + B_j) - k_sigma sigma_j) when B_j is large (0 for sigma_j = inf).
 inline Normalisation normalise(const RowRounding& P, const std::vector<double>& theta_rest, const std::vector<double>& p,
-                               const std::vector<double>& sigma, double log_W, Index pivot, bool pivoted) {
+                               const std::vector<double>& sigma, double log_W, Index pivot, bool pivoted,
+                               const std::vector<double>& theta_D_rest = {}) {
     const std::size_t n = p.size();
     Normalisation N;
     N.B.resize(n);
     N.pB.resize(n);
     N.w.resize(n);
     const auto piv = static_cast<std::size_t>(pivot);
-    if (!(P.k_sigma < 0.5)) return N;  // not bounded
+    if (!(P.k_sigma + P.k_D < 0.5)) return N;  // not bounded
     const double theta_pivot = theta_rest[piv] + P.k_sigma * sigma[piv];
     for (std::size_t c = 0; c < n; ++c) {
         double up_rest = 0;  // log(1 + B_j) = up_rest + k_sigma sigma_j
@@ -362,6 +391,17 @@ inline Normalisation normalise(const RowRounding& P, const std::vector<double>& 
         N.pB[c] = up < 1 ? p[c] * N.B[c] : std::exp(-sigma[c] * (1 - P.k_sigma) - log_W + up_rest);
         N.w[c] = p[c] + N.pB[c];
         N.sum_pB += N.pB[c];
+        if (P.split) {
+            // log(1 + Phi_j) <= theta_D_j + k_D sigma_j, theta_D_j = theta_D + k_D a_j (in theta_D_rest); then
+            // (1 + B_j)(1 + Phi_j) - 1 on both sides, in log space when large.
+            const double d_rest = P.theta_D + (theta_D_rest.empty() ? 0.0 : theta_D_rest[c]);
+            const double upd = up + d_rest + P.k_D * sigma[c];
+            const double lower = pivoted ? -std::expm1(-(d_rest + P.k_D * sigma[c]))
+                                         : -std::expm1(-(theta_rest[c] + P.k_sigma * sigma[c]) + P.log_down -
+                                                       (d_rest + P.k_D * sigma[c]));
+            N.sum_pD += upd < 1 ? p[c] * std::max(std::expm1(upd), lower)
+                                : std::exp(-sigma[c] * (1 - P.k_sigma - P.k_D) - log_W + up_rest + d_rest);
+        }
     }
     finish(N, P);
     return N;
@@ -373,6 +413,7 @@ inline Normalisation normalise(const RowRounding& P, const std::vector<double>& 
 struct Underflow {
     double S_min = 0, H0 = 0, Z = 0, n = 0, R = 0, gamma_O = 0;
     UnderflowUnits eta;
+    bool split = false;  // split-KV: the combine's products, additions and exps (each split's o_s is at most max|v|)
     bool ok = false;  // S_min > 1/4
 
     // bound_c = rel_c + (Xi_c + (|o_c| + rel_c) Z) / S_min + the normalise-first form's underflow; abs_v =
@@ -383,7 +424,8 @@ struct Underflow {
         const double Xi = (H0 * abs_v + (n + R + 2) * eta.mul + n * eta.add) * (1 + gamma_O) * 2;
         // normalise-first: each weight fl(e_j / S) (eta_mul |v_jc|), n products and n additions.
         const double direct_abs = (eta.mul * abs_v + n * (eta.mul + eta.add)) * (1 + gamma_O);
-        return rel + (Xi + (o_up + rel) * Z) / S_min + direct_abs;
+        const double combine_abs = split ? (n * (eta.mul + eta.add) + eta.exp * abs_v) * (1 + gamma_O) : 0.0;
+        return rel + (Xi + (o_up + rel) * Z) / S_min + direct_abs + combine_abs;
     }
     // The weight p_j's: rel_j + (H0 (1 + u) + (p_j + rel_j) Z) / S_min + eta_mul.
     double weight(double rel, double p, double u) const {
@@ -403,6 +445,7 @@ inline Underflow underflow_terms(const RowRounding& impl, double n, double R, do
     U.R = R;
     U.eta = eta;
     U.gamma_O = impl.gamma_O;
+    U.split = impl.split;
     U.ok = U.S_min > 0.25;
     return U;
 }

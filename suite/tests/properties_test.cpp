@@ -11,7 +11,9 @@
 #include <rapidcheck.h>
 #include <rapidcheck/detail/Configuration.h>
 
+#include "attn/oracle/metrics.hpp"
 #include "attn/suite/property.hpp"
+#include "checks.hpp"
 #include "attn/suite/registry.hpp"
 
 using namespace attn;
@@ -78,6 +80,20 @@ TEST_CASE("every regression case file replays", "[replay]") {
         }
     }
     CHECK(files > 0);
+}
+
+// The split-KV model option is needed, not only charged: on this case FlashDecoding's arithmetic leaves the bound
+// of the same model without it (its combine errs by u |lse| per split) and stays within the bound with it.
+TEST_CASE("the flash_decoding kernel needs the split_kv term of its error model", "[replay]") {
+    const CaseFile file = read_case_file(
+        "regressions/cases/sdpa(B=1,H=2,Tq=8,Tk=64,Dk=2,Dv=2,mask=random-r3,kv_heads=1,dtype=double,"
+        "values=large-logits,threads=2,impl=flash_decoding).matches_oracle_within_bound.json");
+    Implementation impl = implementation("flash_decoding");
+    REQUIRE(impl.error_model.split_kv);
+    const Tensor<double> out = run_impl<double>(impl, file.sdpa);
+    CHECK(oracle::compare_output<double>(out.view(), oracle_for<double>(impl, file.sdpa)).pass());
+    impl.error_model.split_kv = false;
+    CHECK_FALSE(oracle::compare_output<double>(out.view(), oracle_for<double>(impl, file.sdpa)).pass());
 }
 
 TEST_CASE("a failing property writes its shrunk counter-example as a replayable case file", "[case-file]") {

@@ -65,10 +65,10 @@ TEST_CASE("attn properties --case checks the case a seeded config string names")
     CHECK(good.exit_code == 0);
     for (const char* impl : {"reference", "tiled", "mha"}) CHECK(good.out.find(row + impl + ")") != std::string::npos);
 
-    const Run bad = run_attn(scratch, "properties --case '" + row + "no_scale)' --property matches_oracle_within_bound");
+    const Run bad = run_attn(scratch, "properties --case '" + row + "softmax_over_queries)' --property matches_oracle_within_bound");
     INFO(bad.out);
     CHECK(bad.exit_code == 1);
-    CHECK(bad.out.find("FAIL " + row + "no_scale)") != std::string::npos);
+    CHECK(bad.out.find("FAIL " + row + "softmax_over_queries)") != std::string::npos);
 
     const std::string unseeded = "sdpa(B=2,H=2,Tq=7,Tk=9,Dk=16,Dv=8,mask=none,dtype=float,impl=tiled)";
     const Run refused = run_attn(scratch, "properties --case '" + unseeded + "'");

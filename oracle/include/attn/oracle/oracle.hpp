@@ -27,7 +27,13 @@ struct ErrorModel {
     // Lazy rescaling: the running max is kept while a new logit exceeds it by at most stale_max (in the natural
     // exponent), so exps of arguments up to +stale_max occur and the max is rescaled less often (FlashAttention-4
     // keeps it within 8 in base 2, 5.55 here). 0: the running max always follows the logits.
-    double stale_max = 10.0;
+    double stale_max = 5.6;
+    // Split-KV (FlashDecoding): the keys are split into parts, each normalised on its own with lse_s = m_s + log(l_s),
+    // and the parts combined as sum_s exp(lse_s - lse) o_s with lse the log-sum-exp of the lse_s (no final division).
+    bool split_kv = true;
+    // Error of the kernel's log (split-KV only), in ulps of max(|log x|, 1): covers a fast log's absolute error
+    // near 1 as well as its relative error elsewhere.
+    double log_ulps = 4.0;
     // Normalised by a reciprocal, acc * fl(1 / l) and e * fl(1 / l), one rounding more than a division.
     bool reciprocal_normalisation = true;
     // Subnormal inputs may be read as 0 (denormals-are-zero, with flush-to-zero on GPUs): each element of q, k and v
