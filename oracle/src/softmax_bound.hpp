@@ -249,6 +249,7 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
         P.log_up = (2 + R) * std::log1p(eps_exp);                 // one more exp: the split's combine weight
         P.log_down = (2 + R) * std::log1p(-eps_exp);
         P.gamma_O = gamma(2 * n + 1 + recip + R, u);              // + the product c_s o_s and n - 1 additions
+        P.gamma_S = gamma(2 * n - 2 + R, u);                      // + the n - 1 additions of E
         P.split = true;
         P.k_D = 2 * gamma_k;  // fl(lse_s - lse) and fl(lse_s - M): gamma_k |lse_s - lse| each
         P.theta_D = 2 * gamma_k * (A + L + 1 + lambda_s) + std::log1p(eps_exp) - std::log1p(-eps_exp);
@@ -424,7 +425,9 @@ struct Underflow {
         const double Xi = (H0 * abs_v + (n + R + 2) * eta.mul + n * eta.add) * (1 + gamma_O) * 2;
         // normalise-first: each weight fl(e_j / S) (eta_mul |v_jc|), n products and n additions.
         const double direct_abs = (eta.mul * abs_v + n * (eta.mul + eta.add)) * (1 + gamma_O);
-        const double combine_abs = split ? (n * (eta.mul + eta.add) + eta.exp * abs_v) * (1 + gamma_O) : 0.0;
+        // Split-KV: each part's own absolute error has |o_s| <= max_j |v_jc| where a single pass has |o_c|.
+        const double combine_abs =
+            split ? (n * (eta.mul + eta.add) + eta.exp * abs_v) * (1 + gamma_O) + Z * abs_v / S_min : 0.0;
         return rel + (Xi + (o_up + rel) * Z) / S_min + direct_abs + combine_abs;
     }
     // The weight p_j's: rel_j + (H0 (1 + u) + (p_j + rel_j) Z) / S_min + eta_mul.
