@@ -25,9 +25,10 @@ void fa2_mix(const SdpaProblem<T>& p, Index b, const SdpaOptions&, const std::ve
     // With a negative scale the largest logit has the smallest raw dot product: track the max of s * sign(c).
     const bool flip = c < 0;
     const auto above = [flip](T a, T b) { return flip ? a < b : a > b; };
-    std::vector<T> s(static_cast<std::size_t>(kKeyBlock)), acc(static_cast<std::size_t>(p.Dv));
+    const std::vector<T> raw = mutant::scores(p, b, T(1));  // raw dot products (Tq, Tk): the scale is not applied
+    std::vector<T> acc(static_cast<std::size_t>(p.Dv));
     for (Index i = 0; i < p.Tq; ++i) {
-        const T* qi = p.q_row(b, i);
+        const T* s = raw.data() + i * p.Tk;
         T m = flip ? inf : -inf, l = 0;
         bool started = false;
         std::fill(acc.begin(), acc.end(), T(0));
@@ -37,11 +38,7 @@ void fa2_mix(const SdpaProblem<T>& p, Index b, const SdpaOptions&, const std::ve
             bool any = false;
             for (Index j = j0; j < j1; ++j) {
                 if (!p.allowed(b, i, j)) continue;
-                const T* kj = p.k_row(b, j);
-                T dot = 0;
-                for (Index d = 0; d < p.Dk; ++d) dot += qi[d * p.q.stride(-1)] * kj[d * p.k.stride(-1)];
-                s[static_cast<std::size_t>(j - j0)] = dot;
-                if (std::isnan(dot) || above(dot, m_new)) m_new = dot;  // a NaN stays: the row comes out NaN
+                if (std::isnan(s[j]) || above(s[j], m_new)) m_new = s[j];  // a NaN stays: the row comes out NaN
                 any = true;
             }
             if (!any) continue;
@@ -59,7 +56,7 @@ void fa2_mix(const SdpaProblem<T>& p, Index b, const SdpaOptions&, const std::ve
             const bool rounded_max = std::fabs(max_scaled) < T(1) / (64 * std::numeric_limits<T>::epsilon());
             for (Index j = j0; j < j1; ++j) {
                 if (!p.allowed(b, i, j)) continue;
-                const T sj = s[static_cast<std::size_t>(j - j0)];
+                const T sj = s[j];
                 const T e = std::exp2(rounded_max ? std::fma(sj, c, -max_scaled) : (sj - m_new) * c);
                 l += e;
                 const T* vj = p.v_row(b, j);

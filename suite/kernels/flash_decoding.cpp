@@ -26,11 +26,12 @@ template <class T>
 void split_kv_mix(const SdpaProblem<T>& p, Index b, const SdpaOptions&, const std::vector<T>&, T* out) {
     const T scale = static_cast<T>(p.scale);
     const Index splits = (p.Tk + kSplit - 1) / kSplit;
-    std::vector<T> s(static_cast<std::size_t>(kSplit)), lse(static_cast<std::size_t>(splits));
+    const std::vector<T> logits = mutant::scores(p, b, scale);  // (Tq, Tk) = scale * q k^T
+    std::vector<T> lse(static_cast<std::size_t>(splits));
     std::vector<T> o(static_cast<std::size_t>(splits * p.Dv));
     std::vector<char> used(static_cast<std::size_t>(splits));
     for (Index i = 0; i < p.Tq; ++i) {
-        const T* qi = p.q_row(b, i);
+        const T* s = logits.data() + i * p.Tk;
         std::fill(used.begin(), used.end(), 0);
         for (Index sp = 0; sp < splits; ++sp) {
             const Index j0 = sp * kSplit, j1 = std::min(p.Tk, j0 + kSplit);
@@ -38,12 +39,7 @@ void split_kv_mix(const SdpaProblem<T>& p, Index b, const SdpaOptions&, const st
             bool any = false;
             for (Index j = j0; j < j1; ++j) {
                 if (!p.allowed(b, i, j)) continue;
-                const T* kj = p.k_row(b, j);
-                T dot = 0;
-                for (Index d = 0; d < p.Dk; ++d) dot += qi[d * p.q.stride(-1)] * kj[d * p.k.stride(-1)];
-                const T sj = scale * dot;
-                s[static_cast<std::size_t>(j - j0)] = sj;
-                m = nan_max(m, sj);
+                m = nan_max(m, s[j]);
                 any = true;
             }
             if (!any) continue;
@@ -52,7 +48,7 @@ void split_kv_mix(const SdpaProblem<T>& p, Index b, const SdpaOptions&, const st
             std::fill_n(os, p.Dv, T(0));
             for (Index j = j0; j < j1; ++j) {
                 if (!p.allowed(b, i, j)) continue;
-                const T e = std::exp(s[static_cast<std::size_t>(j - j0)] - m);
+                const T e = std::exp(s[j] - m);
                 l += e;
                 const T* vj = p.v_row(b, j);
                 for (Index d = 0; d < p.Dv; ++d) os[d] += e * vj[d * p.v.stride(-1)];
