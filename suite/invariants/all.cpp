@@ -10,6 +10,7 @@ Property scaling_keeps_logit_variance_near_one();
 Property matches_oracle_within_bound();
 Property future_tokens_do_not_change_past_outputs();
 Property padding_values_do_not_matter();
+Property a_nan_reaches_only_the_rows_that_read_it();
 Property key_permutation_equivariance();
 Property mask_broadcast_equals_expanded_mask();
 Property cross_attention_matches_oracle();
@@ -32,6 +33,7 @@ const std::vector<Property>& properties() {
         matches_oracle_within_bound(),
         future_tokens_do_not_change_past_outputs(),
         padding_values_do_not_matter(),
+        a_nan_reaches_only_the_rows_that_read_it(),
         key_permutation_equivariance(),
         mask_broadcast_equals_expanded_mask(),
         cross_attention_matches_oracle(),
