@@ -11,6 +11,7 @@ Property matches_oracle_within_bound();
 Property future_tokens_do_not_change_past_outputs();
 Property padding_values_do_not_matter();
 Property a_nan_reaches_only_the_rows_that_read_it();
+Property bad_calls_are_refused_with_an_error_naming_them();
 Property key_permutation_equivariance();
 Property mask_broadcast_equals_expanded_mask();
 Property cross_attention_matches_oracle();
@@ -34,6 +35,7 @@ const std::vector<Property>& properties() {
         future_tokens_do_not_change_past_outputs(),
         padding_values_do_not_matter(),
         a_nan_reaches_only_the_rows_that_read_it(),
+        bad_calls_are_refused_with_an_error_naming_them(),
         key_permutation_equivariance(),
         mask_broadcast_equals_expanded_mask(),
         cross_attention_matches_oracle(),
