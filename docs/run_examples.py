@@ -120,14 +120,13 @@ def main():
 
     doc = os.path.relpath(os.path.abspath(args.document), args.root)
     blocks, errors = parse(args.document)
+    for e in errors:
+        print(e)
     if args.list:
         for b in blocks:
             print(f"{doc}:{b.line}\t{b.lang or '-'}\t{describe(b)}\t{b.body.strip().splitlines()[0][:70]}")
+    if errors or args.list:
         return 1 if errors else 0
-    for e in errors:
-        print(e)
-    if errors:
-        return 1
 
     launcher = os.path.join(os.path.abspath(args.root), "attn")
     scratch = tempfile.mkdtemp(prefix="attn-docs-")
@@ -142,7 +141,7 @@ def main():
                 return 1
             cpp_work = tempfile.mkdtemp(prefix="attn-docs-cpp-", dir=args.cpp_work)
             cpp_error = build_cpp(cpp, args, cpp_work)
-        for i, b in enumerate(blocks):
+        for b in blocks:
             where = f"{doc}:{b.line} ({b.lang})"
             if b.lang == "json":
                 try:

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -45,6 +47,9 @@ std::string in_cli_terms(const std::string& message);
 int exit_code(int status);
 int run(const std::string& command);
 std::string jobs();
+// A path single-quoted for the shell, and the seconds since t0.
+std::string quote(const std::filesystem::path& p);
+double seconds_since(std::chrono::steady_clock::time_point t0);
 
 using Action = std::function<int()>;
 

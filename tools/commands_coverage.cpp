@@ -42,12 +42,6 @@ const std::vector<Snapshot> snapshots = {
     {"properties+fuzz", "properties + fuzz replay", "-L fuzz -LE fuzz-smoke -E valgrind"},
 };
 
-std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 std::string fixed(double x, int digits) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.*f", digits, x);

@@ -51,17 +51,11 @@ std::pair<int, std::string> capture(const std::string& command) {
     return {exit_code(pclose(pipe)), output};
 }
 
-std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
-
 std::string read_text(const fs::path& p) {
     std::ifstream in(p);
     std::stringstream s;
     s << in.rdbuf();
     return s.str();
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 std::string utc_now(const char* format) {

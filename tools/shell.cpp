@@ -21,6 +21,12 @@ int run(const std::string& command) {
     return exit_code(std::system(command.c_str()));
 }
 
+std::string quote(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 std::string jobs() {
     const long n = sysconf(_SC_NPROCESSORS_ONLN);
     return std::to_string(n > 0 ? n : 1);

@@ -69,6 +69,7 @@ private:
     double u_mp_ = 0;
     Index R_ = 0;
     UnderflowUnits eta_;  // the model's underflow (flush-to-zero or gradual), BOUNDS.md sections 0 and 4
+    bool k_flushable_ = false;  // this batch element's readable keys hold a subnormal (ErrorModel::inputs_flushed)
 
     // Per batch element, contiguous copies in double (exact for float and double inputs).
     std::vector<double> qd_, kd_, vd_;
@@ -109,6 +110,12 @@ private:
             for (Index d = 0; d < Dk; ++d) kd_[j * Dk + d] = p_.k_row(b, j)[d * p_.k.stride(-1)];
             for (Index d = 0; d < Dv; ++d) vd_[j * Dv + d] = p_.v_row(b, j)[d * p_.v.stride(-1)];
         }
+        // Whether a flushing kernel may read some key as 0 at all: most batch elements hold no subnormal key, and
+        // then only the query row's own elements can be flushed.
+        const auto has_flushable = [](const std::vector<double>& x) {
+            return std::any_of(x.begin(), x.end(), [](double e) { return flushable<T>(e) > 0; });
+        };
+        k_flushable_ = model_.inputs_flushed && has_flushable(kd_);
     }
 
     void run_batch(Index b) {
@@ -193,14 +200,18 @@ private:
         L.logit_self.resize(n);
         L.flushed.assign(n, 0.0);
         double abs_q = 0;
-        for (Index d = 0; d < Dk; ++d) abs_q += std::fabs(qi[d]);
+        bool q_flushable = false;  // the row's query holds a subnormal a flushing kernel may read as 0
+        for (Index d = 0; d < Dk; ++d) {
+            abs_q += std::fabs(qi[d]);
+            q_flushable = q_flushable || (model_.inputs_flushed && flushable<T>(qi[d]) > 0);
+        }
         const Real scale_mp(p_.scale);
         for (std::size_t c = 0; c < n; ++c) {
             const double* kj = kd_.data() + keys[c] * Dk;
             double abs_k = 0;
             for (Index d = 0; d < Dk; ++d) abs_k += std::fabs(kj[d]);
             L.abs_sum[c] = abs_q + abs_k;
-            if (model_.inputs_flushed)
+            if (q_flushable || k_flushable_)
                 for (Index d = 0; d < Dk; ++d) {
                     const double eq = flushable<T>(qi[d]), ek = flushable<T>(kj[d]);
                     L.flushed[c] += eq * std::fabs(kj[d]) + std::fabs(qi[d]) * ek + eq * ek;

@@ -12,24 +12,7 @@
 namespace attn::oracle {
 
 ErrorModel generic_model() {
-    ErrorModel m;
-    m.name = "generic";
-    m.exp_ulps = 4.0;
-    m.rescalings = -1;  // rescaling after every key
-    m.scale_folded_into_q = true;
-    m.key_block = 0;
-    // 1/sqrt(Dk) computed in T (sqrt, divide) against the double scale (its own rounding), times a rounded log2(e)
-    // for exp2: five roundings (BOUNDS.md section 6).
-    m.scale_roundings = 5;
-    m.shift_roundings = 2;  // exp2(fl(fl(m_old - m_new) * c))
-    m.rounded_max_shift = true;
-    m.stale_max = 5.6;   // lazy rescaling within 8 in base 2 (FlashAttention-4), 8 ln 2 = 5.545 rounded up
-    m.split_kv = true;   // FlashDecoding's log-sum-exp combine of key splits
-    m.log_ulps = 4.0;
-    m.reciprocal_normalisation = true;
-    m.gradual_underflow = false;
-    m.inputs_flushed = true;
-    return m;
+    return ErrorModel{};  // the defaults of ErrorModel are the generic model (attn/oracle/oracle.hpp says why each is)
 }
 
 ErrorModel reference_model() {

@@ -225,8 +225,8 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
                                            double A) {
     RowRounding P;
     const double gamma_r = gamma(static_cast<double>(model.scale_roundings), u);
-    P.k_sigma = gamma(static_cast<double>(model.shift_roundings), u) * (1 + gamma_r) + gamma_r;  // gamma_k (1 + gamma_r) + gamma_r
     const double gamma_k = gamma(static_cast<double>(model.shift_roundings), u);
+    P.k_sigma = gamma_k * (1 + gamma_r) + gamma_r;
     // The rounded-max shift's u |m| per key, and lazy rescaling's 2 gamma_k stale_max (a key above a stale max).
     P.offset = (model.rounded_max_shift ? u * (1 + gamma_r) * (max_abs_logit + A) : 0.0) +
                2 * gamma_k * (1 + gamma_r) * model.stale_max;
@@ -253,7 +253,7 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
         P.split = true;
         P.k_D = 2 * gamma_k;  // fl(lse_s - lse) and fl(lse_s - M): gamma_k |lse_s - lse| each
         P.theta_D = 2 * gamma_k * (A + L + 1 + lambda_s) + std::log1p(eps_exp) - std::log1p(-eps_exp);
-        P.lse_common = e_log + u * lse_max;
+        P.lse_common = lambda_s;  // the same bound: |log E| <= L and |lse| <= lse_max
     }
     return P;
 }

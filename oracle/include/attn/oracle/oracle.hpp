@@ -10,14 +10,17 @@
 namespace attn::oracle {
 
 // How an implementation computes, as far as its rounding errors are concerned. Enters the bound; the derivation
-// and the meaning of every field are in oracle/BOUNDS.md.
+// and the meaning of every field are in oracle/BOUNDS.md. The defaults are the generic model (generic_model()):
+// the weakest assumptions, covering every kernel structure BOUNDS.md section 3 derives.
 struct ErrorModel {
     std::string name = "generic";  // "generic", "reference", "tiled", ...
     double exp_ulps = 4.0;         // max error of the implementation's exp, in ulps of the result
     Index rescalings = -1;         // online-softmax rescalings per row (one per key block); -1 = unknown, assume Tk
     bool scale_folded_into_q = true;  // the scale may be applied to q before the dot product (one more rounding)
     Index key_block = 0;           // when rescalings == -1 and key_block > 0: ceil(Tk / key_block) rescalings
-    Index scale_roundings = 5;     // roundings between SdpaProblem::scale (a double) and the factor the kernel uses
+    // Roundings between SdpaProblem::scale (a double) and the factor the kernel uses; generic's 5: 1/sqrt(Dk) computed
+    // in T (sqrt, divide) against the double scale (its own rounding), times a rounded log2(e) for exp2.
+    Index scale_roundings = 5;
     // Roundings in each exponent difference: 1 when exp takes fl(s - m) and rescales by exp(fl(m_old - m_new)); 2 when
     // a product follows the difference (exp2(fl(fl(m_old - m_new) * c)), c = scale * log2(e)).
     Index shift_roundings = 2;
