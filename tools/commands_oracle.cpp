@@ -34,6 +34,7 @@ struct ProblemArgs {
     Index key_block = 64;
     std::optional<double> stale_max;  // overrides the model's (lazy rescaling)
     std::string underflow;            // "", "gradual" or "ftz": overrides the model's
+    bool block_partial_sums = false;  // tiled: each key block's sums are formed apart and then added
 };
 
 struct OracleArgs : ProblemArgs {
@@ -80,6 +81,9 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
                     "subnormal inputs as zero (ftz, GPUs); default: the model's (generic and tiled ftz, reference "
                     "gradual)")
         ->check(CLI::IsMember({"gradual", "ftz"}));
+    cmd->add_flag("--block-partial-sums", args.block_partial_sums,
+                  "Tiled model: the kernel forms each key block's sum of exps and of exps times values apart from "
+                  "its running sums and adds it once (not accumulating into them, as an MMA with C = acc does)");
 }
 
 SdpaOptions sdpa_options(const ProblemArgs& args) {
@@ -125,6 +129,12 @@ oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in) {
     oo.bits = args.bits;
     oo.model = oracle::model_by_name(args.model, args.key_block);
     if (args.stale_max) oo.model.stale_max = *args.stale_max;
+    if (args.block_partial_sums) {
+        if (args.model != "tiled")
+            throw ConfigError("--block-partial-sums describes a tiled kernel's key blocks and needs --model tiled, "
+                              "got --model " + args.model);
+        oo.model.block_partial_sums = true;
+    }
     if (!args.underflow.empty()) {  // gradual: IEEE arithmetic throughout; ftz: results and inputs may be flushed
         oo.model.gradual_underflow = args.underflow == "gradual";
         oo.model.inputs_flushed = !oo.model.gradual_underflow;
@@ -232,6 +242,7 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                                  {"exp_ulps", m.exp_ulps},
                                  {"rescalings", m.rescalings},
                                  {"key_block", m.key_block},
+                                 {"block_partial_sums", m.block_partial_sums},
                                  {"scale_roundings", m.scale_roundings},
                                  {"shift_roundings", m.shift_roundings},
                                  {"rounded_max_shift", m.rounded_max_shift},

@@ -77,7 +77,7 @@ template <class T>
 struct Workspace {
     Index b = -1;
     std::vector<Index> keys;  // readable key positions of batch element b, ascending
-    Buffer<T> kp, vp, qp, sp, acc;
+    Buffer<T> kp, vp, qp, sp, acc, blk;  // blk: one key block's P V for one query panel, before it joins acc
     std::vector<T> row_max, row_sum;  // per lane (query)
     std::vector<Index> row_end;       // per lane: readable keys [0, row_end) pass the causal rule
     std::vector<Index> panel_end, panel_all_see;  // per query panel: max and min of row_end over its rows
@@ -203,6 +203,7 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
         }
     T* acc = w.acc.get(L.q_panels * L.Dv_pad * nr);  // panel jq: (Dv_pad, nr)
     T* sp = w.sp.get(L.q_panels * L.Bk_pad * nr);    // panel jq: (Bk_pad, nr), s^T then p^T
+    T* blk = w.blk.get(L.Dv_pad * nr);               // (Dv_pad, nr), like one panel of acc
     std::fill_n(acc, panels * L.Dv_pad * nr, T(0));
     std::fill_n(w.row_max.begin(), panels * nr, neg_inf);
     std::fill_n(w.row_sum.begin(), panels * nr, T(0));
@@ -277,15 +278,17 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
             online_softmax_any_width(s, nbj, nr, w.row_max.data() + jq * nr, w.row_sum.data() + jq * nr, accj,
                                      L.Dv_pad);
 
-            // 5. acc^T (Dv, nr) += v^T[:, c0:c0+nbj] (Dv, nbj) @ p^T (nbj, nr), tile by tile.
-            if (Dv == 0) {
-                // no value columns: nothing to accumulate (and no packed v to point into)
-            } else if (v_block_finite) {
-                packed_gemm<T>(L.dv_panels, 1, nbj, T(1), w.vp.data.get() + c0 * mr, L.ps_v, s, 0, T(1), accj, nr,
+            // 5. acc^T (Dv, nr) += v^T[:, c0:c0+nbj] (Dv, nbj) @ p^T (nbj, nr): the block's product is formed on
+            // its own in blk, then added to acc with one rounding per element (TiledKernelInfo: the block's partial
+            // sums never include the running accumulator, whatever order the micro-kernel sums in).
+            if (Dv == 0) continue;  // no value columns: nothing to accumulate (and no packed v to point into)
+            if (v_block_finite) {
+                packed_gemm<T>(L.dv_panels, 1, nbj, T(1), w.vp.data.get() + c0 * mr, L.ps_v, s, 0, T(0), blk, nr,
                                1, mr * nr, 0);
             } else {
                 // A NaN/Inf value row that some query reads must not reach the rows of queries that may not read it
-                // (pytorch#101967): each row sums over its own allowed keys only. acc (d, lane rr) at d * nr + rr.
+                // (pytorch#101967): each row sums over its own allowed keys only. blk (d, lane rr) at d * nr + rr.
+                std::fill_n(blk, L.Dv_pad * nr, T(0));
                 for (Index rr = 0; rr < nr && jq * nr + rr < rows; ++rr) {
                     const Index i = jq * nr + rr;
                     const Index end = std::clamp<Index>(w.row_end[i] - c0, 0, nbj);
@@ -293,10 +296,11 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
                         if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[c0 + c])) continue;
                         const T pc = s[c * nr + rr];
                         const T* vrow = p.v_row(b, w.keys[c0 + c]);
-                        for (Index d = 0; d < Dv; ++d) accj[d * nr + rr] += pc * vrow[d * p.v.stride(-1)];
+                        for (Index d = 0; d < Dv; ++d) blk[d * nr + rr] += pc * vrow[d * p.v.stride(-1)];
                     }
                 }
             }
+            for (Index x = 0; x < L.Dv_pad * nr; ++x) accj[x] += blk[x];
         }
     }
 

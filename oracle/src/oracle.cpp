@@ -61,6 +61,7 @@ ErrorModel library_tiled_model() {
     ErrorModel m = tiled_model(tiled_kernel_info.key_block);
     m.exp_ulps = tiled_kernel_info.exp_max_ulps;
     m.scale_folded_into_q = tiled_kernel_info.scale_folded_into_q;
+    m.block_partial_sums = tiled_kernel_info.block_partial_sums;
     m.scale_roundings = 1;  // static_cast<T>(scale), applied as the micro-kernel's alpha
     // lib/src/sdpa_tiled.cpp: p = Exp(s - m_new), c = Exp(m - m_new), out = acc / l, on the CPU.
     m.shift_roundings = 1;

@@ -235,8 +235,13 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
     P.log_up = (1 + R) * std::log1p(eps_exp);  // the key's own exp and one per rescaling
     P.log_down = (1 + R) * std::log1p(-eps_exp);
     const double recip = model.reciprocal_normalisation ? 1 : 0;
-    P.gamma_S = gamma(n - 1 + R, u);
-    P.gamma_O = gamma(n + 1 + recip + R, u);
+    // Additions a term meets in the sum over keys: n - 1 in any order; with blocked partial sums at most
+    // key_block - 1 in its own block and one per block from there on, R blocks (section 3, "Blocked sums").
+    double additions = n - 1;
+    if (model.block_partial_sums && model.key_block > 0 && model.rescalings < 0)
+        additions = std::min(additions, static_cast<double>(model.key_block) + std::max(R, 1.0) - 2);
+    P.gamma_S = gamma(additions + R, u);
+    P.gamma_O = gamma(additions + 2 + recip + R, u);
     P.u_div = gamma(1 + recip, u);
     if (model.split_kv) {
         // At most n splits. Within one: everything above. The combine (section 3, split-KV): lse_s = fl(m_s +

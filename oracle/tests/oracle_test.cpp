@@ -394,3 +394,35 @@ TEST_CASE("error models: the documented values, rescalings per row, and a looser
         CHECK(t.output_bound[e] <= g.output_bound[e]);
     }
 }
+
+TEST_CASE("blocked partial sums: the same bound within one key block, a tighter one past it, and only for tiled",
+          "[oracle]") {
+    oracle::ErrorModel blocked = oracle::tiled_model(16), plain = blocked;
+    blocked.block_partial_sums = true;
+    CHECK(oracle::library_tiled_model().block_partial_sums);  // attn::tiled_kernel_info says the backend does it
+    CHECK_FALSE(oracle::tiled_model(16).block_partial_sums);   // an MMA into the accumulator does not
+    oracle::ErrorModel unblocked_generic = oracle::generic_model();
+    unblocked_generic.block_partial_sums = true;  // without a key block there are no blocks: no effect
+
+    std::mt19937_64 rng(11);
+    for (const Index Tk : {Index(16), Index(1024)}) {
+        const Tensor<float> q = random_tensor<float>({2, 8}, rng), k = random_tensor<float>({Tk, 8}, rng),
+                            v = random_tensor<float>({Tk, 3}, rng);
+        const auto bound_of = [&](const oracle::ErrorModel& m) {
+            oracle::OracleOptions o;
+            o.model = m;
+            return oracle::scaled_dot_product_attention<float>(q, k, v, std::nullopt, {}, o);
+        };
+        const auto b = bound_of(blocked), p = bound_of(plain), g = bound_of(oracle::generic_model()),
+                   gb = bound_of(unblocked_generic);
+        for (Index e = 0; e < b.output.numel(); ++e) {
+            CAPTURE(Tk, e);
+            if (Tk <= 16)
+                CHECK(b.output_bound[e] == p.output_bound[e]);  // one block: N_add = n - 1 either way
+            else
+                // 1024 keys in blocks of 16: N_add = 16 + 64 - 2 = 78 instead of 1023 (BOUNDS.md section 3)
+                CHECK(b.output_bound[e] < 0.5 * p.output_bound[e]);
+            CHECK(gb.output_bound[e] == g.output_bound[e]);
+        }
+    }
+}

@@ -14,7 +14,8 @@ namespace attn {
 //   2. m_new = max(m, max_j s_j) over allowed keys      exact
 //   3. p_j = Exp(s_j - m_new)                           one rounding in the subtraction, Exp within exp_max_ulps
 //   4. c = Exp(m - m_new); l = fl(c l + sum_j p_j)      the block sum sequential over keys, then one FMA
-//   5. acc = fl(c acc) + sum_j p_j v_j                  BLIS micro-kernel: sequential FMA sum over the block's keys
+//   5. acc = fl(fl(c acc) + fl(sum_j p_j v_j))          the block's sum formed on its own (BLIS micro-kernel with
+//                                                       beta = 0, any order), then one addition to acc
 //   6. out = acc / l
 // Every step is element-wise per query (one SIMD lane per query), so neither the vector width nor the thread
 // count changes a bit of the result on one SIMD target. The kernel is compiled for every Highway target and
@@ -26,6 +27,10 @@ struct TiledKernelInfo {
     Index key_block;            // keys per online-softmax step
     double exp_max_ulps;        // Highway Exp: max error in ulps of the result (its documented table)
     bool scale_folded_into_q;   // false: the scale multiplies the rounded dot product, as in `reference`
+    // Steps 4 and 5: each key block's sums (of p_j and of p_j v_j) are formed apart from the running l and acc and
+    // joined to them by one rounding each, so a term meets at most key_block - 1 additions in its own block and one
+    // per block after it (oracle/BOUNDS.md section 3, "Blocked sums").
+    bool block_partial_sums;
     // Online-softmax rescalings per row (at most one per key block the row visits): ceil(readable keys / key_block).
     constexpr Index rescalings(Index readable_keys) const { return (readable_keys + key_block - 1) / key_block; }
 };
@@ -40,6 +45,6 @@ inline constexpr double tiled_exp_max_ulps = 1.0;
 inline constexpr Index tiled_query_block = 128;
 inline constexpr Index tiled_key_block = 256;
 
-inline constexpr TiledKernelInfo tiled_kernel_info{tiled_query_block, tiled_key_block, tiled_exp_max_ulps, false};
+inline constexpr TiledKernelInfo tiled_kernel_info{tiled_query_block, tiled_key_block, tiled_exp_max_ulps, false, true};
 
 }  // namespace attn

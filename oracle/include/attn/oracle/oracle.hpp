@@ -18,6 +18,11 @@ struct ErrorModel {
     Index rescalings = -1;         // online-softmax rescalings per row (one per key block); -1 = unknown, assume Tk
     bool scale_folded_into_q = true;  // the scale may be applied to q before the dot product (one more rounding)
     Index key_block = 0;           // when rescalings == -1 and key_block > 0: ceil(Tk / key_block) rescalings
+    // With key_block > 0: each key block's sums (of the exps and of the exps times values) are formed apart from the
+    // running sums, in any order, and joined to them by one addition each (not accumulated into the running sum
+    // itself, as a tensor-core MMA with the accumulator as C does). A term then meets at most key_block - 1 + (blocks
+    // - 1) additions instead of Tk - 1.
+    bool block_partial_sums = false;
     // Roundings between SdpaProblem::scale (a double) and the factor the kernel uses; generic's 5: 1/sqrt(Dk) computed
     // in T (sqrt, divide) against the double scale (its own rounding), times a rounded log2(e) for exp2.
     Index scale_roundings = 5;
