@@ -50,7 +50,8 @@ public:
         : p_(p), readable_(readable), options_(options), model_(model), fast_(fast), out_(out) {
         u_mp_ = std::ldexp(1.0, -(precision_bits - 1));  // unit roundoff of Real, 2^-(P-1) to be safe
         R_ = effective_rescalings(model, p.Tk);
-        eta_ = underflow_units<T>(model);
+        eta_fast_ = underflow_units<T>(model);
+        eta_plain_ = underflow_units<T>(model, true);
     }
 
     void run() {
@@ -68,7 +69,9 @@ private:
     Result<T>& out_;
     double u_mp_ = 0;
     Index R_ = 0;
-    UnderflowUnits eta_;  // the model's underflow (flush-to-zero or gradual), BOUNDS.md sections 0 and 4
+    // The model's underflow (flush-to-zero or gradual), BOUNDS.md sections 0 and 4: on the double-double path and
+    // on the all-MPFR path, which stores its values beyond double-double (a double target's gradual units need it).
+    UnderflowUnits eta_fast_, eta_plain_;
     bool k_flushable_ = false;  // this batch element's readable keys hold a subnormal (ErrorModel::inputs_flushed)
 
     // Per batch element, contiguous copies in double (exact for float and double inputs).
@@ -76,21 +79,37 @@ private:
 
     // Every value is stored from hi + lo: hi = the value rounded to double, lo = the rest rounded to double
     // (106 bits, far below any bound; see BOUNDS.md section 5).
-    void put_output(Index flat, double hi, double lo, double bound, double scale, double self_error) {
+    void put_output(Index flat, double hi, double lo, double bound, double scale, Wide self_error) {
         store<T>(hi, lo, out_.output.data()[flat], out_.output_exact.data()[flat], out_.output_exact_lo.data()[flat]);
+        put_output_bound(flat, bound, scale, self_error);
+    }
+    void put_weight(Index flat, double hi, double lo, double bound, Wide self_error) {
+        store<T>(hi, lo, out_.weights.data()[flat], out_.weights_exact.data()[flat], out_.weights_exact_lo.data()[flat]);
+        put_weight_bound(flat, bound, self_error);
+    }
+    // The all-MPFR path stores from Real itself (store_wide: 2^-127 relative at any magnitude, subnormal doubles too).
+    void put_output(Index flat, const Real& x, double bound, double scale, Wide self_error) {
+        store_wide<T>(x, out_.output.data()[flat], out_.output_exact.data()[flat], out_.output_exact_lo.data()[flat]);
+        put_output_bound(flat, bound, scale, self_error);
+    }
+    void put_weight(Index flat, const Real& x, double bound, Wide self_error) {
+        store_wide<T>(x, out_.weights.data()[flat], out_.weights_exact.data()[flat], out_.weights_exact_lo.data()[flat]);
+        put_weight_bound(flat, bound, self_error);
+    }
+    void put_output_bound(Index flat, double bound, double scale, Wide self_error) {
         out_.output_bound.data()[flat] = bound;
         out_.output_scale.data()[flat] = scale;
         note_self_error(self_error, bound);
     }
-    void put_weight(Index flat, double hi, double lo, double bound, double self_error) {
-        store<T>(hi, lo, out_.weights.data()[flat], out_.weights_exact.data()[flat], out_.weights_exact_lo.data()[flat]);
+    void put_weight_bound(Index flat, double bound, Wide self_error) {
         out_.weights_bound.data()[flat] = bound;
         note_self_error(self_error, bound);
     }
-    void note_self_error(double self_error, double bound) {
+    // self_error in Wide: rounded to double, an error far below 2^-1074 would become 2^-1074.
+    void note_self_error(Wide self_error, double bound) {
         if (self_error == 0) return;
-        const double ratio = bound > 0 ? self_error / bound : std::numeric_limits<double>::infinity();
-        out_.oracle_error_ratio = std::max(out_.oracle_error_ratio, ratio);
+        const Wide ratio = bound > 0 ? self_error / bound : std::numeric_limits<Wide>::infinity();
+        out_.oracle_error_ratio = std::max(out_.oracle_error_ratio, round_up(ratio));
     }
     void fill_row(Index b, Index i, double value) {
         for (Index c = 0; c < p_.Dv; ++c) put_output((b * p_.Tq + i) * p_.Dv + c, value, 0, 0, 0, 0);
@@ -158,10 +177,10 @@ private:
     // Section 2 and, for the oracle itself, section 5: the row's logits and what their bounds need.
     struct RowLogits {
         std::vector<Real> s;             // (n) s_j = scale * q_i . k_j from the exact inputs
-        std::vector<double> abs_dot;     // (n) sum_d |q_d k_jd|
-        std::vector<double> abs_sum;     // (n) sum_d (|q_d| + |k_jd|), for the underflow terms
+        std::vector<Wide> abs_dot;       // (n) sum_d |q_d k_jd| (Wide: 1e400 for q = k = 1e200, section 7)
+        std::vector<Wide> abs_sum;       // (n) sum_d (|q_d| + |k_jd|), for the underflow terms
         std::vector<double> logit_self;  // (n) the oracle's own error of s_j
-        std::vector<double> flushed;     // (n) sum_d (e_qd |k_jd| + |q_d| e_kjd + e_qd e_kjd), e = |x| for subnormal
+        std::vector<Wide> flushed;       // (n) sum_d (e_qd |k_jd| + |q_d| e_kjd + e_qd e_kjd), e = |x| for subnormal
                                          // inputs a kernel may read as 0 (ErrorModel::inputs_flushed), else 0
     };
 
@@ -170,6 +189,8 @@ private:
         RowRounding impl, self;
         Normalisation nz[4];  // impl direct, impl pivot, self direct, self pivot
         Underflow under;
+        std::vector<double> p_up;  // p_j rounded up past the oracle's own error (section 7)
+        bool fast = false;         // the double-double path (else all-MPFR)
     };
 
     // One query row i of batch element b over its allowed keys (n of them, n >= 1).
@@ -199,7 +220,7 @@ private:
         L.abs_sum.resize(n);
         L.logit_self.resize(n);
         L.flushed.assign(n, 0.0);
-        double abs_q = 0;
+        Wide abs_q = 0;
         bool q_flushable = false;  // the row's query holds a subnormal a flushing kernel may read as 0
         for (Index d = 0; d < Dk; ++d) {
             abs_q += std::fabs(qi[d]);
@@ -208,29 +229,37 @@ private:
         const Real scale_mp(p_.scale);
         for (std::size_t c = 0; c < n; ++c) {
             const double* kj = kd_.data() + keys[c] * Dk;
-            double abs_k = 0;
-            for (Index d = 0; d < Dk; ++d) abs_k += std::fabs(kj[d]);
+            Wide abs_k = 0;  // in double on the double-double path: every input within [2^-450, 2^450] or 0
+            if (fast) {
+                double a = 0;
+                for (Index d = 0; d < Dk; ++d) a += std::fabs(kj[d]);
+                abs_k = a;
+            } else {
+                for (Index d = 0; d < Dk; ++d) abs_k += std::fabs(kj[d]);
+            }
             L.abs_sum[c] = abs_q + abs_k;
             if (q_flushable || k_flushable_)
                 for (Index d = 0; d < Dk; ++d) {
-                    const double eq = flushable<T>(qi[d]), ek = flushable<T>(kj[d]);
+                    const Wide eq = flushable<T>(qi[d]), ek = flushable<T>(kj[d]);
                     L.flushed[c] += eq * std::fabs(kj[d]) + std::fabs(qi[d]) * ek + eq * ek;
                 }
             if (fast) {
-                const DoubleDouble dd = dot2(qi, kj, Dk, L.abs_dot[c]);
+                double abs_dot = 0;
+                const DoubleDouble dd = dot2(qi, kj, Dk, abs_dot);
+                L.abs_dot[c] = abs_dot;
                 L.s[c] = scale_mp * (Real(dd.hi) + Real(dd.lo));
                 const double g = gamma(static_cast<double>(Dk), 0x1p-53);
-                L.logit_self[c] = (2 * g * g + 3 * u_mp_) * abs_scale * L.abs_dot[c];
+                L.logit_self[c] = round_up((2 * g * g + 3 * u_mp_) * abs_scale * L.abs_dot[c]);
             } else {
                 Real acc(0);
-                double a = 0;
+                Wide a = 0;
                 for (Index d = 0; d < Dk; ++d) {
                     acc += Real(qi[d]) * Real(kj[d]);
-                    a += std::fabs(qi[d] * kj[d]);
+                    a += std::fabs(static_cast<Wide>(qi[d]) * kj[d]);
                 }
                 L.abs_dot[c] = a;
                 L.s[c] = scale_mp * acc;
-                L.logit_self[c] = gamma(2.0 * Dk + 2, u_mp_) * abs_scale * a;
+                L.logit_self[c] = round_up(gamma(2.0 * Dk + 2, u_mp_) * abs_scale * a);
             }
         }
         return L;
@@ -238,11 +267,14 @@ private:
 
     // Sections 2-4: the implementation's logit errors a_j and exponent perturbations, both normalisations, the
     // underflow terms; and the same form for the oracle itself (u_mp, correctly rounded exp, no rescaling; section 5).
+    // The oracle's self-bound is evaluated at its own values; the implementation's at upper values of the exact
+    // p_j and sigma_j and lower ones of sigma_j and log W, widened by twice that self-bound (section 7).
     RowBound row_bound(const RowLogits& L, const ExactSoftmax<Real>& sm, bool fast) const {
         const std::size_t n = L.s.size();
         const double R = static_cast<double>(R_);
         const double nd = static_cast<double>(n);
-        const LogitRounding lr = logit_rounding(p_.Dk, p_.scale, u_, eta_);
+        const UnderflowUnits& eta = fast ? eta_fast_ : eta_plain_;
+        const LogitRounding lr = logit_rounding(p_.Dk, p_.scale, u_, eta);
         std::vector<double> a(n);
         double A = 0, max_abs_logit = 0;  // max_j |s_j|, rounded up (the oracle's own logit error included)
         for (std::size_t c = 0; c < n; ++c) {
@@ -251,79 +283,127 @@ private:
             max_abs_logit = std::max(max_abs_logit, std::fabs(static_cast<double>(L.s[c])) * (1 + 0x1p-52) + L.logit_self[c]);
         }
         RowBound rb;
+        rb.fast = fast;
         rb.impl = implementation_rounding(model_, nd, R, u_, max_abs_logit, A);
-        std::vector<double> theta_rest(n);
-        for (std::size_t c = 0; c < n; ++c) theta_rest[c] = exponent_perturbation_rest(a[c], A, rb.impl);
         // The oracle's weighted sum: double-double (p_j to 2^-106, then Dot2 over 2n terms) or Real; plus the
         // division's rounding.
         const double g2n = gamma(2.0 * nd, 0x1p-53);
         rb.self = oracle_rounding(nd, u_mp_, (fast ? 2 * g2n * g2n + 4 * 0x1p-106 : gamma(nd, u_mp_)) + 2 * u_mp_);
-        std::vector<double> theta_D_rest;  // split-KV: k_D a_j, the per-key part of the combine's mismatch
-        if (rb.impl.split)
-            for (std::size_t c = 0; c < n; ++c) theta_D_rest.push_back(rb.impl.k_D * a[c]);
-        rb.nz[0] = normalise(rb.impl, theta_rest, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, false, theta_D_rest);
-        rb.nz[1] = normalise(rb.impl, theta_rest, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, true, theta_D_rest);
         // The oracle's own exponents: Theta_self_j = logit_self_j + u_mp (sigma_j + logit_self_j + A_self) (section 5).
         const double A_self = *std::max_element(L.logit_self.begin(), L.logit_self.end());
         std::vector<double> theta_self(n);
         for (std::size_t c = 0; c < n; ++c) theta_self[c] = exponent_perturbation_rest(L.logit_self[c], A_self, rb.self);
-        rb.nz[2] = normalise(rb.self, theta_self, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, false);
-        rb.nz[3] = normalise(rb.self, theta_self, sm.p_hi, sm.sigma, sm.log_W, sm.pivot, true);
-        rb.under = underflow_terms(rb.impl, nd, R, u_, eta_);
+        rb.nz[2] = normalise(rb.self, theta_self, sm.p_hi, sm.sigma, sm.sigma, sm.log_W, sm.pivot, false);
+        rb.nz[3] = normalise(rb.self, theta_self, sm.p_hi, sm.sigma, sm.sigma, sm.log_W, sm.pivot, true);
+        // Section 7: the exact sigma_j is within 2 A_self of the oracle's (each logit and their max within A_self)
+        // and 2^-53 relative of its rounding to double; W within e^{+-2 A_self}; p_j within its self-bound, doubled.
+        std::vector<double> sigma_up(n), sigma_lo(n);
+        rb.p_up.resize(n);
+        const double log_W_lo = sm.log_W * (1 - 0x1p-51) - 2 * A_self;
+        for (std::size_t c = 0; c < n; ++c) {
+            sigma_up[c] = sm.sigma[c] * (1 + 0x1p-52) + 2 * A_self;
+            sigma_lo[c] = std::max(0.0, sm.sigma[c] * (1 - 0x1p-52) - 2 * A_self);
+            rb.p_up[c] = std::min(1.0, round_up(sm.p_hi[c] * (1 + 0x1p-52L) + 2 * weight_self_error(rb, c, sm.p_hi[c])));
+        }
+        std::vector<double> theta_rest(n);
+        for (std::size_t c = 0; c < n; ++c) theta_rest[c] = exponent_perturbation_rest(a[c], A, rb.impl);
+        std::vector<double> theta_D_rest;  // split-KV: k_D a_j, the per-key part of the combine's mismatch
+        if (rb.impl.split)
+            for (std::size_t c = 0; c < n; ++c) theta_D_rest.push_back(rb.impl.k_D * a[c]);
+        rb.nz[0] = normalise(rb.impl, theta_rest, rb.p_up, sigma_up, sigma_lo, log_W_lo, sm.pivot, false, theta_D_rest);
+        rb.nz[1] = normalise(rb.impl, theta_rest, rb.p_up, sigma_up, sigma_lo, log_W_lo, sm.pivot, true, theta_D_rest);
+        rb.under = underflow_terms(rb.impl, nd, R, u_, eta);
         return rb;
     }
 
+    // The oracle's own error of p_j (section 5, from the self normalisations), plus storing it: p_hi + p_lo on the
+    // double-double path (2^-105 relative, 2^-1070 below double's range), from Real beyond double-double otherwise.
+    Wide weight_self_error(const RowBound& rb, std::size_t c, double p) const {
+        const Normalisation* nz = rb.nz;
+        const Wide rel = std::min(nz[2].weight_rel(c, p, rb.self.u_div), nz[3].weight_rel(c, p, rb.self.u_div));
+        return rel + (rb.fast ? 0x1p-105L * p + 0x1p-1070L : 0x1p-120L * p);
+    }
+
     // Section 4, weights: p_j = p_hi + p_lo; blocked and unreadable keys keep weight 0 with bound 0 (the result
-    // tensors start zero-filled).
+    // tensors start zero-filled). The implementation's bound at p_up (section 7).
     void row_weights(Index b, Index i, const std::vector<Index>& keys, const ExactSoftmax<Real>& sm,
                      const RowBound& rb) {
         const Normalisation* nz = rb.nz;
         for (std::size_t c = 0; c < keys.size(); ++c) {
-            const double p = sm.p_hi[c];
-            const double rel_impl = std::min(nz[0].weight_rel(c, p, rb.impl.u_div), nz[1].weight_rel(c, p, rb.impl.u_div));
-            const double bound = rb.under.weight(rel_impl, p, u_) * kBoundInflation;
-            const double self_error = std::min(nz[2].weight_rel(c, p, rb.self.u_div), nz[3].weight_rel(c, p, rb.self.u_div)) +
-                                      0x1p-105 * p + 0x1p-1070;  // + storing p_j as p_hi + p_lo
-            put_weight((b * p_.Tq + i) * p_.Tk + keys[c], p, sm.p_lo[c], bound, self_error);
+            const double p = rb.p_up[c];
+            const Wide rel_impl = std::min(nz[0].weight_rel(c, p, rb.impl.u_div), nz[1].weight_rel(c, p, rb.impl.u_div));
+            const double bound = round_up(rb.under.weight(rel_impl, p, u_) * kBoundInflation);
+            const Wide self_error = weight_self_error(rb, c, sm.p_hi[c]);
+            const Index flat = (b * p_.Tq + i) * p_.Tk + keys[c];
+            if (rb.fast)
+                put_weight(flat, sm.p_hi[c], sm.p_lo[c], bound, self_error);
+            else
+                put_weight(flat, sm.p[c], bound, self_error);
         }
     }
 
     // Sections 3-4 and 7, output o_c = sum_j p_j v_jc of column col and its bound (*), the smaller over the two
-    // normalisations; section 5 for the oracle's own error.
+    // normalisations; section 5 for the oracle's own error, which section 7 then adds to |v_j - o| and |o|.
     void output_column(Index b, Index i, Index col, const std::vector<Index>& keys, const ExactSoftmax<Real>& sm,
                        const RowBound& rb, bool fast) {
         const Index Dv = p_.Dv;
         const std::size_t n = keys.size();
         const auto v_at = [&](std::size_t c) { return vd_[keys[c] * Dv + col]; };
-        double od = 0, o_lo = 0;  // o = od + o_lo
+        double od = 0, o_lo = 0;  // o = od + o_lo (the double-double path) or o_mp (all-MPFR), od = RN(o)
+        Real o_mp(0);
         if (fast) {
             const DoubleDouble o = weighted_sum_dd(sm.p_hi, sm.p_lo, v_at);
             od = o.hi, o_lo = o.lo;
         } else {
-            split(weighted_sum(sm.p, [&](std::size_t c) { return Real(v_at(c)); }), od, o_lo);
+            o_mp = weighted_sum(sm.p, [&](std::size_t c) { return Real(v_at(c)); });
+            split(o_mp, od, o_lo);
         }
-        double scale_c = 0, abs_v = 0, abs_v_impl = 0;
-        OutputSums sums[4];
-        for (std::size_t c = 0; c < n; ++c) {
-            const double vj = v_at(c);
-            const double av = std::fabs(vj);
-            const double d = std::fabs(vj - od);  // |v_j - o| <= d + |od| 2^-52 (Normalisation::o_rounding)
-            scale_c += sm.p_hi[c] * av;
-            abs_v += av;
-            // The implementation's values: v_j, or 0 where a flushing kernel reads a subnormal v_j (section 9's e_v).
-            const double ev = model_.inputs_flushed ? flushable<T>(vj) : 0.0;
-            abs_v_impl += av + ev;
-            for (int z = 0; z < 2; ++z) rb.nz[z].add(sums[z], c, d + ev, av, ev);
-            for (int z = 2; z < 4; ++z) rb.nz[z].add(sums[z], c, d, av);
-        }
-        double rel[4];
-        for (int z = 0; z < 4; ++z) rel[z] = rb.nz[z].output_rel(sums[z], rb.nz[z].o_rounding(od), std::fabs(od));
-        const double bound = rb.under.output(std::min(rel[0], rel[1]), abs_v_impl, std::fabs(od)) * kBoundInflation;
-        // + underflow in double: p_j below the normal range (2^-1074 |v_j| each) and the double-double sums.
-        // + storing o as od + o_lo (exact on the fast path, 2^-106 relative otherwise).
-        const double nd = static_cast<double>(n);
-        const double self_error = std::min(rel[2], rel[3]) + 0x1p-1074 * (abs_v + 4 * nd) + 0x1p-105 * std::fabs(od);
-        put_output((b * p_.Tq + i) * Dv + col, od, o_lo, bound, scale_c, self_error);
+        // The sums over keys, in A = double when every value is within [2^-450, 2^450] (or 0; nothing overflows
+        // and what underflows is far below the bound), else in Wide (|v_j| near DBL_MAX, subnormal v_j; section 7).
+        Wide scale_c = 0, abs_v = 0, abs_v_impl = 0;
+        OutputSums<Wide> sums[4];
+        const auto accumulate = [&](auto zero) {
+            using A = decltype(zero);
+            A sc = 0, av_sum = 0, av_impl = 0;
+            OutputSums<A> acc[4];
+            for (std::size_t c = 0; c < n; ++c) {
+                const double vj = v_at(c);
+                const A av = std::fabs(vj);
+                const A d = std::fabs(vj - static_cast<A>(od));  // |v_j - o| <= d + |od| 2^-52 + |o - o_oracle|
+                sc += sm.p_hi[c] * av;
+                av_sum += av;
+                // The implementation's values: v_j, or 0 where a flushing kernel reads a subnormal v_j (section 9's e_v).
+                const A ev = model_.inputs_flushed ? flushable<T>(vj) : 0.0;
+                av_impl += av + ev;
+                for (int z = 0; z < 2; ++z) rb.nz[z].add(acc[z], c, d + ev, av, ev);
+                for (int z = 2; z < 4; ++z) rb.nz[z].add(acc[z], c, d, av);
+            }
+            scale_c = sc, abs_v = av_sum, abs_v_impl = av_impl;
+            for (int z = 0; z < 4; ++z) sums[z] = {acc[z].spread, acc[z].dv, acc[z].absterm};
+        };
+        if (fast)
+            accumulate(0.0);
+        else
+            accumulate(Wide(0));
+        const Wide o_abs = std::fabs(static_cast<Wide>(od));
+        Wide rel[4];
+        for (int z = 2; z < 4; ++z) rel[z] = rb.nz[z].output_rel(sums[z], rb.nz[z].o_rounding(od), o_abs);
+        // The oracle's own error of o: on the double-double path also p_j below the normal range (2^-1074 |v_j| each)
+        // and the double-double sums, and o is stored exactly; on the all-MPFR path o is stored beyond double-double.
+        const Wide nd = static_cast<Wide>(n);
+        const Wide self_error = std::min(rel[2], rel[3]) + (fast ? 0x1p-1074L * (abs_v + 4 * nd) + 0x1p-105L * o_abs
+                                                                 : 0x1p-120L * o_abs);
+        // Section 7: the exact o is within 2 self_error of od (doubled: the self-bound is itself evaluated at the
+        // oracle's values), which each |v_j - o| and |o| gain.
+        const Wide o_up = o_abs * (1 + 0x1p-52L) + 2 * self_error;
+        for (int z = 0; z < 2; ++z)
+            rel[z] = rb.nz[z].output_rel(sums[z], rb.nz[z].o_rounding(od) + rb.nz[z].sum_pB * 2 * self_error, o_up);
+        const double bound = round_up(rb.under.output(std::min(rel[0], rel[1]), abs_v_impl, o_up) * kBoundInflation);
+        const Index flat = (b * p_.Tq + i) * Dv + col;
+        if (fast)
+            put_output(flat, od, o_lo, bound, round_up(scale_c), self_error);
+        else
+            put_output(flat, o_mp, bound, round_up(scale_c), self_error);
     }
 };
 

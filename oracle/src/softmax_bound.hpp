@@ -72,11 +72,39 @@ void store(double hi, double lo, T& rounded, long double& exact, long double& ex
     exact_lo = std::isfinite(hi) ? (static_cast<long double>(hi) - exact) + static_cast<long double>(lo) : 0.0L;
 }
 
+// The same from a Real beyond double-double (the all-MPFR path): exact = RN_longdouble(x) and the rest, so
+// exact + exact_lo = x to 2^-127 relative at any magnitude, subnormal doubles included (a double-double's lo
+// underflows there). rounded = RN_T(x): hi = RN_double(x) (MPFR's conversion rounds to nearest, into the subnormal
+// range too), and round_to<float> settles hi's midpoints with lo.
+template <class T, class Real>
+void store_wide(const Real& x, T& rounded, long double& exact, long double& exact_lo) {
+    double hi, lo;
+    split(x, hi, lo);
+    rounded = round_to<T>(hi, lo);
+    exact = static_cast<long double>(x);
+    exact_lo = std::isfinite(exact) ? static_cast<long double>(Real(x - Real(exact))) : 0.0L;
+}
+
 // ---- section 7: the bound's own rounding ---------------------------------------------------------------------------
 
-// Rigorous bounds are computed in double from nonnegative terms; their own rounding (relative, at most
-// ~(Tk + Dk + 20) * 2^-53) is covered by this factor for Tk + Dk < 10^9.
+// Rigorous bounds are computed from nonnegative terms; their own rounding (relative, at most ~(Tk + Dk + 20) * 2^-53)
+// is covered by this factor for Tk + Dk < 10^9.
 inline constexpr double kBoundInflation = 1 + 1e-6;
+
+// The arithmetic of every term that scales with the values or the logits' magnitudes (x86-64's 80-bit long double:
+// a 64-bit significand and exponents from 2^-16445 to 2^16384). No such term of a bound for float or double inputs
+// overflows or underflows in it: sum_j |v_j| for |v_j| near DBL_MAX, |q.k| for q = k = 1e200, a double's gradual
+// underflow unit 2^-1075 times a subnormal value (section 7).
+using Wide = long double;
+static_assert(std::numeric_limits<Wide>::max_exponent >= 16384 && std::numeric_limits<Wide>::digits >= 64,
+              "the bound's arithmetic needs x86-64's extended precision (section 7)");
+
+// A bound stored as double: x rounded up (to +inf beyond double's range), so the stored bound never shrinks.
+inline double round_up(Wide x) {
+    double d = static_cast<double>(x);
+    if (static_cast<Wide>(d) < x) d = std::nextafter(d, std::numeric_limits<double>::infinity());
+    return d;
+}
 
 // ---- sections 0 and 4: the absolute error of one operation below the normal range ------------------------------------
 
@@ -84,16 +112,17 @@ inline constexpr double kBoundInflation = 1 + 1e-6;
 // one may lose up to the smallest normal number eta of T. With gradual underflow a product errs by at most half the
 // smallest subnormal and a sum is exact; an exp may still flush (Highway's Exp below the normal range), so it keeps eta.
 struct UnderflowUnits {
-    double mul = 0, add = 0, exp = 0;
+    Wide mul = 0, add = 0, exp = 0;
 };
 
+// wide_storage: the caller computes and stores its exact values beyond double-double (the SDPA engine's all-MPFR
+// path). Without it, a double target's gradual units (2^-1075) would be as small as the double-double values' own
+// underflow, and the flush-to-zero units stand for double (still rigorous: every gradual error is within them).
 template <class T>
-UnderflowUnits underflow_units(const ErrorModel& model) {
-    const double eta = std::numeric_limits<T>::min();
-    // For double targets the oracle's own values are double-doubles, whose underflow (2^-1074) is as large as the
-    // refinement: there the flush-to-zero units stand (BOUNDS.md section 4).
-    if (!model.gradual_underflow || !std::is_same_v<T, float>) return {eta, eta, eta};
-    return {static_cast<double>(std::numeric_limits<float>::denorm_min()) / 2, 0.0, eta};  // 2^-150
+UnderflowUnits underflow_units(const ErrorModel& model, bool wide_storage = false) {
+    const Wide eta = std::numeric_limits<T>::min();
+    if (!model.gradual_underflow || (!std::is_same_v<T, float> && !wide_storage)) return {eta, eta, eta};
+    return {static_cast<Wide>(std::numeric_limits<T>::denorm_min()) / 2, 0, eta};  // 2^-150 or 2^-1075
 }
 
 // Assumption 2's exception (ErrorModel::inputs_flushed): |x| when a kernel that flushes subnormal inputs may read x
@@ -112,8 +141,8 @@ struct LogitRounding {
     double abs_scale = 0;
     double gamma_logit = 0;  // gamma_{Dk+1}: Dk products, Dk - 1 additions, the multiplication by the scale
     double gamma_under = 0;  // gamma_{Dk+2}, on the underflow terms
-    double ops = 0;          // (Dk + 1) (eta_mul + eta_add): the operations that may underflow
-    double eta_mul = 0;      // a product's: fl(scale * q_d) times |k_jd| (or |q_d|)
+    Wide ops = 0;            // (Dk + 1) (eta_mul + eta_add): the operations that may underflow
+    Wide eta_mul = 0;        // a product's: fl(scale * q_d) times |k_jd| (or |q_d|)
 };
 
 inline LogitRounding logit_rounding(Index Dk, double scale, double u, const UnderflowUnits& eta) {
@@ -129,9 +158,9 @@ inline LogitRounding logit_rounding(Index Dk, double scale, double u, const Unde
 // a_j = |scale| perturbation + gamma_{Dk+1} |scale| abs_dot + (ops (1 + |scale|) + eta_mul abs_sum)(1 + gamma_{Dk+2}).
 // abs_dot = sum_d |q_d k_jd|, abs_sum = sum_d (|q_d| + |k_jd|). perturbation is section 9 step 2's
 // sum_d (e_qd |k_jd| + |q_d| e_kjd + e_qd e_kjd) for perturbed q and k, 0 for SDPA (exact inputs).
-inline double logit_bound(const LogitRounding& L, double perturbation, double abs_dot, double abs_sum) {
-    return L.abs_scale * perturbation + L.gamma_logit * L.abs_scale * abs_dot +
-           (L.ops * (1 + L.abs_scale) + L.eta_mul * abs_sum) * (1 + L.gamma_under);
+inline double logit_bound(const LogitRounding& L, Wide perturbation, Wide abs_dot, Wide abs_sum) {
+    return round_up(L.abs_scale * perturbation + L.gamma_logit * L.abs_scale * abs_dot +
+                    (L.ops * (1 + L.abs_scale) + L.eta_mul * abs_sum) * (1 + L.gamma_under));
 }
 
 // ---- sections 0 and 5: the row's exact softmax and weighted sum, in Real ------------------------------------------
@@ -292,53 +321,65 @@ inline double direct_factor(double theta, const RowRounding& P) {
 }
 
 // The sums of (*) for one output column, over the row's keys.
+// A = double where every value is within [2^-450, 2^450] (no such sum overflows, and what underflows is far below
+// the bound), Wide otherwise.
+template <class A = Wide>
 struct OutputSums {
-    double spread = 0;   // sum_j p_j B_j |v_jc - o_c|
-    double dv = 0;       // sum_j (p_j + p_j B_j) e_vjc: section 9's perturbed values (0 for SDPA)
-    double absterm = 0;  // sum_j (p_j + p_j B_j) (|v_jc| + e_vjc)
+    A spread = 0;   // sum_j p_j B_j |v_jc - o_c|
+    A dv = 0;       // sum_j (p_j + p_j B_j) e_vjc: section 9's perturbed values (0 for SDPA)
+    A absterm = 0;  // sum_j (p_j + p_j B_j) (|v_jc| + e_vjc)
 };
 
 // One normalisation of the computed exps: w-hat_j = w_j (1 + beta_j), |beta_j| <= B_j, with p_j B_j, their sum and
 // the denominator's Delta = sum_j p_j B_j + gamma_S (1 + sum_j p_j B_j).
 struct Normalisation {
-    std::vector<double> B, pB, w;  // B_j, p_j B_j (in log space when B_j is large), p_j + p_j B_j
-    double sum_pB = 0, delta = 0, gamma_S = 0, gamma_O = 0;
-    double sum_pD = 0;      // split-KV: sum_j p_j ((1 + B_j)(1 + Phi_j) - 1) >= sum_j (p_j + p_j B_j) Phi_j
+    std::vector<double> B;       // B_j
+    std::vector<double> pB, w;   // p_j B_j (in log space when B_j is large), p_j + p_j B_j: both rounded up
+    Wide sum_pB = 0, delta = 0;
+    double gamma_S = 0, gamma_O = 0;
+    Wide sum_pD = 0;        // split-KV: sum_j p_j ((1 + B_j)(1 + Phi_j) - 1) >= sum_j (p_j + p_j B_j) Phi_j
     double lse_common = 0;  // split-KV: lse's own error
     bool bounded = false;  // Delta < 1/2 and gamma_O < 1/2
 
     // Key j's terms of (*).
-    void add(OutputSums& s, std::size_t c, double spread_j, double abs_v) const {
+    template <class A>
+    void add(OutputSums<A>& s, std::size_t c, std::type_identity_t<A> spread_j, std::type_identity_t<A> abs_v) const {
         s.spread += pB[c] * spread_j;
         s.absterm += w[c] * abs_v;
     }
     // The same with section 9's value perturbation e_v.
-    void add(OutputSums& s, std::size_t c, double spread_j, double abs_v, double e_v) const {
+    template <class A>
+    void add(OutputSums<A>& s, std::size_t c, std::type_identity_t<A> spread_j, std::type_identity_t<A> abs_v,
+             std::type_identity_t<A> e_v) const {
         s.spread += pB[c] * spread_j;
         s.dv += w[c] * e_v;
         s.absterm += w[c] * (abs_v + e_v);
     }
     // Section 7: |v_j - o| is formed with o rounded to double, which adds sum_j p_j B_j |o| 2^-52.
-    double o_rounding(double o) const { return sum_pB * std::fabs(o) * 0x1p-52; }
+    Wide o_rounding(Wide o) const { return sum_pB * std::fabs(o) * 0x1p-52L; }
     // The numerator of (*), plus o_rounding; o_up >= |o_c|.
-    double output_numerator(const OutputSums& s, double o_round, double o_up) const {
-        return s.spread + s.dv + o_round + gamma_O * s.absterm + gamma_S * o_up * (1 + sum_pB) +
+    template <class A>
+    Wide output_numerator(const OutputSums<A>& s, Wide o_round, Wide o_up) const {
+        return static_cast<Wide>(s.spread) + s.dv + o_round + gamma_O * static_cast<Wide>(s.absterm) + gamma_S * o_up * (1 + sum_pB) +
                (1 + gamma_S) * o_up * sum_pD;
     }
     // (*): rel_c, +inf when the normalisation does not bound the row; split-KV's common lse error on top.
-    double output_rel(const OutputSums& s, double o_round, double o_up) const {
-        if (!bounded) return std::numeric_limits<double>::infinity();
-        const double rel = output_numerator(s, o_round, o_up) / (1 - delta);
+    template <class A>
+    Wide output_rel(const OutputSums<A>& s, Wide o_round, Wide o_up) const {
+        if (!bounded) return std::numeric_limits<Wide>::infinity();
+        const Wide rel = output_numerator(s, o_round, o_up) / (1 - delta);
         return rel + std::expm1(lse_common) * (o_up + rel);
     }
     // Section 4, the weights' relative part: [p_j B_j + u (p_j + p_j B_j) + p_j Delta] / (1 - Delta).
-    double weight_rel(std::size_t c, double p, double u_div) const {
-        if (!bounded) return std::numeric_limits<double>::infinity();
-        const double rel = (pB[c] + u_div * (p + pB[c]) + p * delta) / (1 - delta);
+    Wide weight_rel(std::size_t c, double p, double u_div) const {
+        if (!bounded) return std::numeric_limits<Wide>::infinity();
+        const Wide rel = (pB[c] + u_div * (p + pB[c]) + p * delta) / (1 - delta);
         return rel + std::expm1(lse_common) * (p + rel);
     }
     // The same divided by p_j (the caller checks Delta).
-    double weight_rel_factor(std::size_t c, double u_div) const { return (B[c] + u_div * (1 + B[c]) + delta) / (1 - delta); }
+    double weight_rel_factor(std::size_t c, double u_div) const {
+        return round_up((B[c] + u_div * (1 + B[c]) + delta) / (1 - delta));
+    }
 };
 
 // Delta and whether the normalisation bounds the row, from its p_j B_j.
@@ -357,8 +398,8 @@ inline Normalisation normalise(const std::vector<double>& B, const std::vector<d
     N.pB.resize(B.size());
     N.w.resize(B.size());
     for (std::size_t c = 0; c < B.size(); ++c) {
-        N.pB[c] = p[c] * B[c];
-        N.w[c] = p[c] * (1 + B[c]);
+        N.pB[c] = round_up(static_cast<Wide>(p[c]) * B[c]);
+        N.w[c] = round_up(static_cast<Wide>(p[c]) * (1 + B[c]));
         N.sum_pB += N.pB[c];
     }
     finish(N, P);
@@ -369,10 +410,12 @@ inline Normalisation normalise(const std::vector<double>& B, const std::vector<d
 //   direct: B_j = direct_factor(Theta_j), its upper side evaluated as (theta_rest_j + log_up) + k_sigma sigma_j;
 //   pivot:  relative to the max key's own perturbation, which then cancels (beta_pivot = 0); wins when the max
 //           key's logit error is large but the row is nearly one-hot.
-// p_j B_j < exp(-sigma_j (1 - k_sigma) - log W + log(1 + B_j) - k_sigma sigma_j) when B_j is large (0 for sigma_j = inf).
+// p_j B_j < exp(-sigma_j - log W + log(1 + B_j)) when B_j is large (0 for sigma_j = inf). The arguments are upper
+// values of p_j and sigma_j and lower values of sigma_j and log W (section 7: the oracle's own values, widened by
+// its own error; for the oracle's self-bound, its values as they are).
 inline Normalisation normalise(const RowRounding& P, const std::vector<double>& theta_rest, const std::vector<double>& p,
-                               const std::vector<double>& sigma, double log_W, Index pivot, bool pivoted,
-                               const std::vector<double>& theta_D_rest = {}) {
+                               const std::vector<double>& sigma, const std::vector<double>& sigma_lo, double log_W_lo,
+                               Index pivot, bool pivoted, const std::vector<double>& theta_D_rest = {}) {
     const std::size_t n = p.size();
     Normalisation N;
     N.B.resize(n);
@@ -394,8 +437,12 @@ inline Normalisation normalise(const RowRounding& P, const std::vector<double>& 
             N.B[c] = 0;
         }
         const double up = up_rest + P.k_sigma * sigma[c];
-        N.pB[c] = up < 1 ? p[c] * N.B[c] : std::exp(-sigma[c] * (1 - P.k_sigma) - log_W + up_rest);
-        N.w[c] = p[c] + N.pB[c];
+        // log p_j <= -sigma_lo_j - log W_lo, and log(1 + B_j) = up_rest + k_sigma sigma_j.
+        const bool vanishes = std::isinf(sigma_lo[c]);  // p_j < e^-DBL_MAX: p_j (1 + B_j) = 0 in any format
+        const Wide log_p = -static_cast<Wide>(sigma_lo[c]) - log_W_lo;
+        N.pB[c] = round_up(up < 1 ? static_cast<Wide>(p[c]) * N.B[c]
+                                  : vanishes ? 0 : std::exp(log_p + up_rest + P.k_sigma * sigma[c]));
+        N.w[c] = round_up(static_cast<Wide>(p[c]) + N.pB[c]);
         N.sum_pB += N.pB[c];
         if (P.split) {
             // log(1 + Phi_j) <= theta_D_j + k_D sigma_j, theta_D_j = theta_D + k_D a_j (in theta_D_rest); then
@@ -405,8 +452,9 @@ inline Normalisation normalise(const RowRounding& P, const std::vector<double>& 
             const double lower = pivoted ? -std::expm1(-(d_rest + P.k_D * sigma[c]))
                                          : -std::expm1(-(theta_rest[c] + P.k_sigma * sigma[c]) + P.log_down -
                                                        (d_rest + P.k_D * sigma[c]));
-            N.sum_pD += upd < 1 ? p[c] * std::max(std::expm1(upd), lower)
-                                : std::exp(-sigma[c] * (1 - P.k_sigma - P.k_D) - log_W + up_rest + d_rest);
+            N.sum_pD += upd < 1    ? static_cast<Wide>(p[c]) * std::max(std::expm1(upd), lower)
+                        : vanishes ? 0
+                                   : std::exp(log_p + up_rest + d_rest + (P.k_sigma + P.k_D) * sigma[c]);
         }
     }
     finish(N, P);
@@ -417,27 +465,28 @@ inline Normalisation normalise(const RowRounding& P, const std::vector<double>& 
 
 // The implementation's absolute terms, in the scale of its computed sum, which is >= S_min.
 struct Underflow {
-    double S_min = 0, H0 = 0, Z = 0, n = 0, R = 0, gamma_O = 0;
+    double S_min = 0, n = 0, R = 0, gamma_O = 0;
+    Wide H0 = 0, Z = 0;
     UnderflowUnits eta;
     bool split = false;  // split-KV: the combine's products, additions and exps (each split's o_s is at most max|v|)
     bool ok = false;  // S_min > 1/4
 
     // bound_c = rel_c + (Xi_c + (|o_c| + rel_c) Z) / S_min + the normalise-first form's underflow; abs_v =
     // sum_j |v_jc| (plus e_vjc for section 9), o_up >= |o_c|. +inf when S_min is too small.
-    double output(double rel, double abs_v, double o_up) const {
-        if (!ok) return std::numeric_limits<double>::infinity();
+    Wide output(Wide rel, Wide abs_v, Wide o_up) const {
+        if (!ok) return std::numeric_limits<Wide>::infinity();
         // n products e_j v_j, R rescalings and the division (or reciprocal and product) each eta_mul; n additions.
-        const double Xi = (H0 * abs_v + (n + R + 2) * eta.mul + n * eta.add) * (1 + gamma_O) * 2;
+        const Wide Xi = (H0 * abs_v + (n + R + 2) * eta.mul + n * eta.add) * (1 + gamma_O) * 2;
         // normalise-first: each weight fl(e_j / S) (eta_mul |v_jc|), n products and n additions.
-        const double direct_abs = (eta.mul * abs_v + n * (eta.mul + eta.add)) * (1 + gamma_O);
+        const Wide direct_abs = (eta.mul * abs_v + n * (eta.mul + eta.add)) * (1 + gamma_O);
         // Split-KV: each part's own absolute error has |o_s| <= max_j |v_jc| where a single pass has |o_c|.
-        const double combine_abs =
+        const Wide combine_abs =
             split ? (n * (eta.mul + eta.add) + eta.exp * abs_v) * (1 + gamma_O) + Z * abs_v / S_min : 0.0;
         return rel + (Xi + (o_up + rel) * Z) / S_min + direct_abs + combine_abs;
     }
     // The weight p_j's: rel_j + (H0 (1 + u) + (p_j + rel_j) Z) / S_min + eta_mul.
-    double weight(double rel, double p, double u) const {
-        if (!ok) return std::numeric_limits<double>::infinity();
+    Wide weight(Wide rel, double p, double u) const {
+        if (!ok) return std::numeric_limits<Wide>::infinity();
         return rel + (H0 * (1 + u) + (p + rel) * Z) / S_min + eta.mul;
     }
 };

@@ -249,22 +249,85 @@ TEST_CASE("a scale below the dtype's normal range is refused, not checked agains
 
 // Denormals-are-zero: a kernel that reads subnormal inputs as 0 (a GPU with flush-to-zero) returns 0 here, where
 // the exact output is half a subnormal value. The generic model (flush-to-zero, inputs flushed) accepts it; the
-// reference model (IEEE gradual underflow, inputs read as given) rejects it, as it must for a CPU kernel.
-TEST_CASE("a kernel that flushes subnormal inputs passes generic and fails the gradual-underflow models", "[oracle]") {
-    const float sub = 1e-39f;  // subnormal in float
+// reference model (IEEE gradual underflow, inputs read as given) rejects it, as it must for a CPU kernel; in double
+// too, where the oracle stores such values beyond double-double (BOUNDS.md sections 4 and 7).
+TEMPLATE_TEST_CASE("a kernel that flushes subnormal inputs passes generic and fails the gradual-underflow models",
+                   "[oracle]", float, double) {
+    using T = TestType;
+    const T sub = std::numeric_limits<T>::min() / 8;  // subnormal in T
     REQUIRE(std::fpclassify(sub) == FP_SUBNORMAL);
-    const Tensor<float> q({1, 1}, {1.0f}), k({2, 1}, {1.0f, 1.0f}), v({2, 1}, {sub, 0.0f});
-    const Tensor<float> flushed_output({1, 1}, {0.0f});  // v read as [0, 0]
+    const Tensor<T> q({1, 1}, {T(1)}), k({2, 1}, {T(1), T(1)}), v({2, 1}, {sub, T(0)});
+    const Tensor<T> flushed_output({1, 1}, {T(0)});  // v read as [0, 0]
     oracle::OracleOptions generic, reference;
     generic.model = oracle::generic_model();
     reference.model = oracle::reference_model();
-    const auto g = oracle::scaled_dot_product_attention<float>(q, k, v, std::nullopt, {}, generic);
-    const auto r = oracle::scaled_dot_product_attention<float>(q, k, v, std::nullopt, {}, reference);
-    CHECK(oracle::check_candidate<float>(flushed_output.view(), g).pass());
-    CHECK_FALSE(oracle::check_candidate<float>(flushed_output.view(), r).pass());
-    // Read as given, the same kernel's output (5e-40 rounded to float) passes the reference model too.
-    const Tensor<float> ieee_output({1, 1}, {sub / 2});
-    CHECK(oracle::check_candidate<float>(ieee_output.view(), r).pass());
+    const auto g = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, {}, generic);
+    const auto r = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, {}, reference);
+    CHECK(oracle::check_candidate<T>(flushed_output.view(), g).pass());
+    CHECK_FALSE(oracle::check_candidate<T>(flushed_output.view(), r).pass());
+    // Read as given, the same kernel's output (sub / 2, exact) passes the reference model too.
+    const Tensor<T> ieee_output({1, 1}, {sub / 2});
+    CHECK(oracle::check_candidate<T>(ieee_output.view(), r).pass());
+    CHECK(r.output[0] == sub / 2);
+}
+
+// The all-MPFR path rounds into the subnormal range once, and stores the exact value beyond double-double: the mean
+// of 2^-1074 and 2^-1073 is 1.5 * 2^-1074, a tie that rounds to even (2^-1073); a double-double would hold it as
+// hi = 2^-1073 and a lo that underflows to 0.
+TEST_CASE("double outputs in the subnormal range: rounded once to nearest even, exact to beyond double", "[oracle]") {
+    const double tiny = std::numeric_limits<double>::denorm_min();
+    const Tensor<double> q({1, 1}, {1.0}), k({2, 1}, {1.0, 1.0}), v({2, 1}, {tiny, 2 * tiny});
+    oracle::OracleOptions reference;
+    reference.model = oracle::reference_model();
+    const auto r = oracle::scaled_dot_product_attention<double>(q, k, v, std::nullopt, {}, reference);
+    CHECK(r.output[0] == 2 * tiny);
+    CHECK(exact_output(r, 0) == 1.5L * static_cast<long double>(tiny));
+    CHECK(r.weights[0] == 0.5);
+    // The bound is a handful of gradual-underflow units (2^-1075 each), not the flush-to-zero unit 2^-1022.
+    CHECK(r.output_bound[0] < 64 * tiny);
+    CHECK(r.output_bound[0] > 0);
+}
+
+// Section 7: the bound's terms that scale with the values or the logits are formed in Wide arithmetic, so neither
+// sum_j |v_j| for |v_j| near DBL_MAX nor |q.k| = 1e400 (q = k = 1e200, scale 1e-300) makes a finite bound infinite.
+TEST_CASE("double inputs near the ends of the range get finite bounds", "[oracle]") {
+    SECTION("values near DBL_MAX / 2") {
+        const double big = std::numeric_limits<double>::max() / 2;
+        std::mt19937_64 rng(3);
+        const Tensor<double> q = random_tensor<double>({2, 4}, rng), k = random_tensor<double>({5, 4}, rng);
+        Tensor<double> v({5, 2});
+        for (Index e = 0; e < v.numel(); ++e) v[e] = (e % 3 == 0 ? -big : big) * (0.5 + 0.1 * static_cast<double>(e % 4));
+        oracle::OracleOptions reference;
+        reference.model = oracle::reference_model();
+        const auto r = oracle::scaled_dot_product_attention<double>(q, k, v, std::nullopt, {}, reference);
+        for (Index e = 0; e < r.output.numel(); ++e) {
+            CAPTURE(e);
+            CHECK(std::isfinite(r.output_bound[e]));
+            CHECK(r.output_bound[e] < 1e-13 * big);  // relative to the values, as for moderate ones
+        }
+        // The reference backend normalises before the weighted sum, so it does not overflow here; it is within.
+        attn::SdpaOptions ref_backend;
+        ref_backend.backend = attn::Backend::Reference;
+        const auto out = attn::scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, ref_backend);
+        CHECK(oracle::check_candidate<double>(out.output.view(), r).pass());
+    }
+    SECTION("q = k = 1e200 with scale 1e-300: logits of 1e100") {
+        attn::SdpaOptions options;
+        options.scale = 1e-300;
+        // Logits 1e100 and 0: the second key's weight is exp(-1e100), and the reference model's bound is finite;
+        // under generic, FlashAttention-2's rounded-max shift errs by u |m| = 1e84 in the exponent, so there it is not.
+        const Tensor<double> q({1, 1}, {1e200}), k({2, 1}, {1e200, 0.0}), v({2, 2}, {3.0, -1.0, 5.0, 7.0});
+        oracle::OracleOptions reference;
+        reference.model = oracle::reference_model();
+        const auto r = oracle::scaled_dot_product_attention<double>(q, k, v, std::nullopt, options, reference);
+        CHECK(std::isinf(oracle::scaled_dot_product_attention<double>(q, k, v, std::nullopt, options).output_bound[0]));
+        CHECK(r.output[0] == 3.0);
+        CHECK(r.output[1] == -1.0);
+        for (Index e = 0; e < r.output.numel(); ++e) CHECK(std::isfinite(r.output_bound[e]));
+        CHECK(r.weights[0] == 1.0);
+        CHECK(r.weights[1] == 0.0);
+        CHECK(std::isfinite(r.weights_bound[0]));
+    }
 }
 
 TEST_CASE("ulp_distance: +0 == -0, NaN only matches NaN, Inf mismatches are infinite, sign flips are measured", "[oracle][metrics]") {
