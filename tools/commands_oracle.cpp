@@ -277,6 +277,7 @@ struct SweepArgs {
     std::uint64_t seed = 20261130;
     std::string dtype = "both";
     std::string impl = "reference";
+    bool compare_mpfr = false;
 };
 
 int sweep_command(const SweepArgs& args) {
@@ -289,13 +290,17 @@ int sweep_command(const SweepArgs& args) {
     options.cases = args.cases;
     options.seed = args.seed;
     options.impl = args.impl;
+    options.compare_mpfr = args.compare_mpfr;
     bool ok = true;
     const auto run = [&](auto tag) {
         using T = decltype(tag);
         const report::SweepStats st = report::oracle_sweep<T>(options);
         std::cout << st.summary() << "\n  worst: " << st.worst_summary << "\n";
         if (!st.first_violation.empty()) std::cout << "  first violation: " << st.first_violation << "\n";
-        ok = ok && st.violations == 0 && st.unbounded_outside_wide == 0;
+        if (args.compare_mpfr)
+            std::cout << "  against the all-MPFR path: " << st.mpfr_mismatches << " cases differ in a rounded bit"
+                      << (st.first_mpfr_mismatch.empty() ? "" : ", the first " + st.first_mpfr_mismatch) << "\n";
+        ok = ok && st.violations == 0 && st.unbounded_outside_wide == 0 && st.mpfr_mismatches == 0;
     };
     if (args.dtype != "double") run(float{});
     if (args.dtype != "float") run(double{});
@@ -330,6 +335,8 @@ Action add_oracle_commands(CLI::App& app) {
     scmd->add_option("--impl", sargs->impl, "Implementation (a registry name)")->capture_default_str();
     scmd->add_option("--cases", sargs->cases, "Cases per dtype")->capture_default_str()->check(CLI::PositiveNumber);
     scmd->add_option("--seed", sargs->seed, "RNG seed")->capture_default_str();
+    scmd->add_flag("--compare-mpfr", sargs->compare_mpfr,
+                   "Also run each case on the all-MPFR path and require bitwise the same rounded outputs and weights");
     scmd->add_option("--dtype", sargs->dtype, "float, double or both")
         ->capture_default_str()
         ->check(CLI::IsMember({"float", "double", "both"}));

@@ -33,6 +33,33 @@ inline DoubleDouble dot2(const double* x, const double* y, Index n, double& abs_
     return {s, c};
 }
 
+// dot2 of x with the rows rows[0..n) of y (each of length len), four rows at a time: the same operations in the
+// same order per row, so the same results, with four independent chains in flight.
+inline void dot2_rows(const double* x, const double* y, const Index* rows, std::size_t n, Index len,
+                      std::vector<DoubleDouble>& out, std::vector<double>& abs_dot) {
+    out.resize(n);
+    abs_dot.resize(n);
+    std::size_t c = 0;
+    for (; c + 4 <= n; c += 4) {
+        const double* y4[4] = {y + rows[c] * len, y + rows[c + 1] * len, y + rows[c + 2] * len, y + rows[c + 3] * len};
+        double s[4] = {}, e4[4] = {}, a[4] = {};
+        for (Index d = 0; d < len; ++d)
+            for (int r = 0; r < 4; ++r) {
+                double p, e, t, q;
+                two_prod(x[d], y4[r][d], p, e);
+                two_sum(s[r], p, t, q);
+                s[r] = t;
+                e4[r] += q + e;
+                a[r] += std::fabs(p);
+            }
+        for (int r = 0; r < 4; ++r) {
+            out[c + r] = {s[r], e4[r]};
+            abs_dot[c + r] = a[r];
+        }
+    }
+    for (; c < n; ++c) out[c] = dot2(x, y + rows[c] * len, len, abs_dot[c]);
+}
+
 // Whether |x| lies in [2^-450, 2^450] or is 0: products of two such doubles neither overflow nor underflow, and
 // nor does a product with a weight in [2^-400, 1] (the fast path's range condition).
 inline bool in_safe_range(double x) {
@@ -73,6 +100,11 @@ private:
     // on the all-MPFR path, which stores its values beyond double-double (a double target's gradual units need it).
     UnderflowUnits eta_fast_, eta_plain_;
     bool k_flushable_ = false;  // this batch element's readable keys hold a subnormal (ErrorModel::inputs_flushed)
+    std::vector<DoubleDouble> exps_;  // one row's exps on the double-double path (scratch)
+    double row_ratio_ = 0;            // the current row's max self-error / bound, committed when the row is kept
+    std::vector<double> col_hi_, col_lo_;  // one row's outputs, per column (scratch)
+    mutable std::vector<DoubleDouble> dots_;  // one row's q.k_j on the double-double path (scratch)
+    mutable std::vector<double> dots_abs_;
 
     // Per batch element, contiguous copies in double (exact for float and double inputs).
     std::vector<double> qd_, kd_, vd_;
@@ -109,7 +141,7 @@ private:
     void note_self_error(Wide self_error, double bound) {
         if (self_error == 0) return;
         const Wide ratio = bound > 0 ? self_error / bound : std::numeric_limits<Wide>::infinity();
-        out_.oracle_error_ratio = std::max(out_.oracle_error_ratio, round_up(ratio));
+        row_ratio_ = std::max(row_ratio_, round_up(ratio));
     }
     void fill_row(Index b, Index i, double value) {
         for (Index c = 0; c < p_.Dv; ++c) put_output((b * p_.Tq + i) * p_.Dv + c, value, 0, 0, 0, 0);
@@ -176,7 +208,8 @@ private:
 
     // Section 2 and, for the oracle itself, section 5: the row's logits and what their bounds need.
     struct RowLogits {
-        std::vector<Real> s;             // (n) s_j = scale * q_i . k_j from the exact inputs
+        std::vector<Real> s;             // (n) s_j = scale * q_i . k_j from the exact inputs (the MPFR path)
+        std::vector<DoubleDouble> s_dd;  // (n) the same in double-double (the double-double path)
         std::vector<Wide> abs_dot;       // (n) sum_d |q_d k_jd| (Wide: 1e400 for q = k = 1e200, section 7)
         std::vector<Wide> abs_sum;       // (n) sum_d (|q_d| + |k_jd|), for the underflow terms
         std::vector<double> logit_self;  // (n) the oracle's own error of s_j
@@ -190,32 +223,72 @@ private:
         Normalisation nz[4];  // impl direct, impl pivot, self direct, self pivot
         Underflow under;
         std::vector<double> p_up;  // p_j rounded up past the oracle's own error (section 7)
+        // The normalisation the row's outputs use, the implementation's (0 direct, 1 pivot) and the oracle's own (2, 3):
+        // the one with the smaller Delta (both are rigorous; the weights take the smaller bound per key).
+        int impl_choice = 0, self_choice = 2;
         bool fast = false;         // the double-double path (else all-MPFR)
     };
 
-    // One query row i of batch element b over its allowed keys (n of them, n >= 1).
+    // One query row i of batch element b over its allowed keys (n of them, n >= 1). On the double-double path a
+    // row whose logits leave [-2^1000, 2^1000], or one of whose results lies too close to a rounding boundary of T
+    // to be rounded with certainty from its enclosure (Ziv's strategy), is done again in MPFR (section 5).
     void run_row(Index b, Index i, const std::vector<Index>& keys, bool fast) {
+        row_ratio_ = 0;
         if (!row_is_finite(i, keys)) {
             fill_row(b, i, std::numeric_limits<double>::quiet_NaN());  // NaN/Inf inputs propagate (check_finite off)
             return;
         }
         const RowLogits L = logits(i, keys, fast);                   // section 2 (and 5)
         ExactSoftmax<Real> sm;
-        exact_softmax(L.s, sm);                                       // sections 0 and 5
+        if (fast) {
+            const auto in_range = [](const DoubleDouble& s) { return std::fabs(s.hi) <= 0x1p1000; };  // false for NaN
+            if (!std::all_of(L.s_dd.begin(), L.s_dd.end(), in_range)) return redo_in_mpfr(b, i, keys);
+            exact_softmax_dd(L.s_dd, exps_, sm);                      // section 5
+        } else {
+            exact_softmax(L.s, sm);                                   // sections 0 and 5
+        }
         const RowBound rb = row_bound(L, sm, fast);                   // sections 2-4
-        row_weights(b, i, keys, sm, rb);                              // section 4, weights
-        for (Index col = 0; col < p_.Dv; ++col) output_column(b, i, col, keys, sm, rb, fast);  // 3-4, 7
+        bool certain = row_weights(b, i, keys, sm, rb);              // section 4, weights
+        certain = output_row(b, i, keys, sm, rb, fast) && certain;  // sections 3-4, 7
+        // The double-double path's own error is at most 2^-89 relative per step, MPFR's 2^-113: where that is not
+        // far enough below the bound (huge logits, whose error kDdOp |s| enters the exponents), MPFR decides.
+        if (fast && (!certain || row_ratio_ > kDdSelfRatioLimit)) return redo_in_mpfr(b, i, keys);
+        out_.oracle_error_ratio = std::max(out_.oracle_error_ratio, row_ratio_);
+    }
+    static constexpr double kDdSelfRatioLimit = max_oracle_error_ratio / 100;
+    void redo_in_mpfr(Index b, Index i, const std::vector<Index>& keys) {
+        ++out_.rows_redone_in_mpfr;
+        run_row(b, i, keys, false);
+    }
+
+    // Whether RN_T of every value within radius of hi + lo is the same T (sign of zero included), so that it is
+    // RN_T of the exact value and of the all-MPFR path's, whose own error is far below 2^-96 of it (section 5).
+    // nonnegative: the exact value is known to be >= 0 (a weight), so the enclosure starts at 0 at the lowest.
+    static bool rounding_is_certain(double hi, double lo, Wide radius, bool nonnegative = false) {
+        if (radius == 0) return true;
+        // Widened for the rounding of lo -+ r, which is at most 2^-53 (r + |lo|), |lo| <= 2^-53 |hi|.
+        const double r = round_up(radius * (1 + 0x1p-50L) + 0x1p-104L * std::fabs(hi));
+        double h1, l1, h2, l2;
+        two_sum(hi, lo - r, h1, l1);
+        two_sum(hi, lo + r, h2, l2);
+        if (nonnegative && (h1 < 0 || (h1 == 0 && l1 <= 0))) h1 = 0, l1 = 0;
+        const T a = round_to<T>(h1, l1), c = round_to<T>(h2, l2);
+        return a == c && std::signbit(a) == std::signbit(c);
     }
 
     // Logits of row i from the exact inputs, with the oracle's own error (section 5): Dot2 on the fast path
-    // (Ogita, Rump, Oishi 2005, Prop. 5.5, doubled, plus the sum hi + lo and the scale in Real), MPFR otherwise.
+    // (Ogita, Rump, Oishi 2005, Prop. 5.5, doubled, plus the product by the scale in double-double and its
+    // underflow), MPFR otherwise.
     RowLogits logits(Index i, const std::vector<Index>& keys, bool fast) const {
         const Index Dk = p_.Dk;
         const std::size_t n = keys.size();
         const double abs_scale = std::fabs(p_.scale);
         const double* qi = qd_.data() + i * Dk;
         RowLogits L;
-        L.s.resize(n);
+        if (fast)
+            L.s_dd.resize(n);
+        else
+            L.s.resize(n);
         L.abs_dot.resize(n);
         L.abs_sum.resize(n);
         L.logit_self.resize(n);
@@ -226,7 +299,8 @@ private:
             abs_q += std::fabs(qi[d]);
             q_flushable = q_flushable || (model_.inputs_flushed && flushable<T>(qi[d]) > 0);
         }
-        const Real scale_mp(p_.scale);
+        const Real scale_mp(p_.scale);  // the MPFR path's
+        if (fast) dot2_rows(qi, kd_.data(), keys.data(), n, Dk, dots_, dots_abs_);
         for (std::size_t c = 0; c < n; ++c) {
             const double* kj = kd_.data() + keys[c] * Dk;
             Wide abs_k = 0;  // in double on the double-double path: every input within [2^-450, 2^450] or 0
@@ -244,12 +318,10 @@ private:
                     L.flushed[c] += eq * std::fabs(kj[d]) + std::fabs(qi[d]) * ek + eq * ek;
                 }
             if (fast) {
-                double abs_dot = 0;
-                const DoubleDouble dd = dot2(qi, kj, Dk, abs_dot);
-                L.abs_dot[c] = abs_dot;
-                L.s[c] = scale_mp * (Real(dd.hi) + Real(dd.lo));
+                L.abs_dot[c] = dots_abs_[c];
+                L.s_dd[c] = dd_mul({p_.scale, 0.0}, dots_[c]);
                 const double g = gamma(static_cast<double>(Dk), 0x1p-53);
-                L.logit_self[c] = round_up((2 * g * g + 3 * u_mp_) * abs_scale * L.abs_dot[c]);
+                L.logit_self[c] = round_up((2 * g * g + 2 * kDdOp) * abs_scale * L.abs_dot[c] + 0x1p-1070L);
             } else {
                 Real acc(0);
                 Wide a = 0;
@@ -270,7 +342,7 @@ private:
     // The oracle's self-bound is evaluated at its own values; the implementation's at upper values of the exact
     // p_j and sigma_j and lower ones of sigma_j and log W, widened by twice that self-bound (section 7).
     RowBound row_bound(const RowLogits& L, const ExactSoftmax<Real>& sm, bool fast) const {
-        const std::size_t n = L.s.size();
+        const std::size_t n = L.logit_self.size();
         const double R = static_cast<double>(R_);
         const double nd = static_cast<double>(n);
         const UnderflowUnits& eta = fast ? eta_fast_ : eta_plain_;
@@ -280,15 +352,17 @@ private:
         for (std::size_t c = 0; c < n; ++c) {
             a[c] = logit_bound(lr, L.flushed[c], L.abs_dot[c], L.abs_sum[c]);
             A = std::max(A, a[c]);
-            max_abs_logit = std::max(max_abs_logit, std::fabs(static_cast<double>(L.s[c])) * (1 + 0x1p-52) + L.logit_self[c]);
+            const double s_c = fast ? L.s_dd[c].hi : static_cast<double>(L.s[c]);
+            max_abs_logit = std::max(max_abs_logit, std::fabs(s_c) * (1 + 0x1p-52) + L.logit_self[c]);
         }
         RowBound rb;
         rb.fast = fast;
         rb.impl = implementation_rounding(model_, nd, R, u_, max_abs_logit, A);
-        // The oracle's weighted sum: double-double (p_j to 2^-106, then Dot2 over 2n terms) or Real; plus the
-        // division's rounding.
+        // The oracle's softmax: double-double operations and exp (kDdOp, kDdExp) or MPFR (u_mp, correctly rounded);
+        // its weighted sum: Dot2 over the 2n terms p_hi v_j, p_lo v_j, or Real; plus the division's rounding.
         const double g2n = gamma(2.0 * nd, 0x1p-53);
-        rb.self = oracle_rounding(nd, u_mp_, (fast ? 2 * g2n * g2n + 4 * 0x1p-106 : gamma(nd, u_mp_)) + 2 * u_mp_);
+        rb.self = fast ? oracle_rounding(nd, kDdOp, 2 * g2n * g2n + 4 * 0x1p-106 + 2 * kDdOp, kDdExp)
+                       : oracle_rounding(nd, u_mp_, gamma(nd, u_mp_) + 2 * u_mp_, u_mp_);
         // The oracle's own exponents: Theta_self_j = logit_self_j + u_mp (sigma_j + logit_self_j + A_self) (section 5).
         const double A_self = *std::max_element(L.logit_self.begin(), L.logit_self.end());
         std::vector<double> theta_self(n);
@@ -313,6 +387,12 @@ private:
         rb.nz[0] = normalise(rb.impl, theta_rest, rb.p_up, sigma_up, sigma_lo, log_W_lo, sm.pivot, false, theta_D_rest);
         rb.nz[1] = normalise(rb.impl, theta_rest, rb.p_up, sigma_up, sigma_lo, log_W_lo, sm.pivot, true, theta_D_rest);
         rb.under = underflow_terms(rb.impl, nd, R, u_, eta);
+        const auto better = [&](int pivot, int direct) {
+            return rb.nz[pivot].bounded && (!rb.nz[direct].bounded || rb.nz[pivot].delta < rb.nz[direct].delta) ? pivot
+                                                                                                           : direct;
+        };
+        rb.impl_choice = better(1, 0);
+        rb.self_choice = better(3, 2);
         return rb;
     }
 
@@ -325,85 +405,130 @@ private:
     }
 
     // Section 4, weights: p_j = p_hi + p_lo; blocked and unreadable keys keep weight 0 with bound 0 (the result
-    // tensors start zero-filled). The implementation's bound at p_up (section 7).
-    void row_weights(Index b, Index i, const std::vector<Index>& keys, const ExactSoftmax<Real>& sm,
+    // tensors start zero-filled). The implementation's bound at p_up (section 7). false: a weight of the
+    // double-double path could not be rounded with certainty.
+    bool row_weights(Index b, Index i, const std::vector<Index>& keys, const ExactSoftmax<Real>& sm,
                      const RowBound& rb) {
         const Normalisation* nz = rb.nz;
+        bool certain = true;
         for (std::size_t c = 0; c < keys.size(); ++c) {
             const double p = rb.p_up[c];
             const Wide rel_impl = std::min(nz[0].weight_rel(c, p, rb.impl.u_div), nz[1].weight_rel(c, p, rb.impl.u_div));
             const double bound = round_up(rb.under.weight(rel_impl, p, u_) * kBoundInflation);
             const Wide self_error = weight_self_error(rb, c, sm.p_hi[c]);
             const Index flat = (b * p_.Tq + i) * p_.Tk + keys[c];
-            if (rb.fast)
+            if (rb.fast) {
                 put_weight(flat, sm.p_hi[c], sm.p_lo[c], bound, self_error);
-            else
+                certain = certain && rounding_is_certain(sm.p_hi[c], sm.p_lo[c], 2 * self_error + 0x1p-96L * sm.p_hi[c], true);
+            } else {
                 put_weight(flat, sm.p[c], bound, self_error);
+            }
         }
+        return certain;
     }
 
-    // Sections 3-4 and 7, output o_c = sum_j p_j v_jc of column col and its bound (*), the smaller over the two
-    // normalisations; section 5 for the oracle's own error, which section 7 then adds to |v_j - o| and |o|.
-    void output_column(Index b, Index i, Index col, const std::vector<Index>& keys, const ExactSoftmax<Real>& sm,
-                       const RowBound& rb, bool fast) {
-        const Index Dv = p_.Dv;
+    // Sections 3-4 and 7, outputs o_c = sum_j p_j v_jc of every column of the row and their bounds (*) under the
+    // row's normalisation; section 5 for the oracle's own error, which section 7 then adds to |v_j - o| and |o|.
+    // One pass over the keys with a set of sums per column. false: an output of the double-double path could not be
+    // rounded with certainty.
+    bool output_row(Index b, Index i, const std::vector<Index>& keys, const ExactSoftmax<Real>& sm, const RowBound& rb,
+                    bool fast) {
+        const std::size_t Dv = static_cast<std::size_t>(p_.Dv);
         const std::size_t n = keys.size();
-        const auto v_at = [&](std::size_t c) { return vd_[keys[c] * Dv + col]; };
-        double od = 0, o_lo = 0;  // o = od + o_lo (the double-double path) or o_mp (all-MPFR), od = RN(o)
-        Real o_mp(0);
+        const auto row_at = [&](std::size_t c) { return vd_.data() + keys[c] * p_.Dv; };
+        // o_c = od_c + olo_c (the double-double path) or o_mp_c (all-MPFR), od_c = RN(o_c)
+        std::vector<double>& od = col_hi_;
+        std::vector<double>& olo = col_lo_;
+        std::vector<Real> o_mp;
         if (fast) {
-            const DoubleDouble o = weighted_sum_dd(sm.p_hi, sm.p_lo, v_at);
-            od = o.hi, o_lo = o.lo;
+            weighted_sums_dd(sm.p_hi, sm.p_lo, row_at, Dv, od, olo);
         } else {
-            o_mp = weighted_sum(sm.p, [&](std::size_t c) { return Real(v_at(c)); });
-            split(o_mp, od, o_lo);
+            o_mp.resize(Dv);
+            od.resize(Dv);
+            olo.resize(Dv);
+            for (std::size_t col = 0; col < Dv; ++col) {
+                o_mp[col] = weighted_sum(sm.p, [&](std::size_t c) { return Real(row_at(c)[col]); });
+                split(o_mp[col], od[col], olo[col]);
+            }
         }
         // The sums over keys, in A = double when every value is within [2^-450, 2^450] (or 0; nothing overflows
         // and what underflows is far below the bound), else in Wide (|v_j| near DBL_MAX, subnormal v_j; section 7).
-        Wide scale_c = 0, abs_v = 0, abs_v_impl = 0;
-        OutputSums<Wide> sums[4];
+        // The implementation's (*) under the row's normalisation (RowBound::impl_choice); the oracle's own from
+        // sum_j p_j B_self_j |v_j| alone: sum_j p_j B_j |v_j - o| <= that + |o| sum_j p_j B_j, and
+        // sum_j (p_j + p_j B_j) |v_j| = scale_c + that.
+        const Normalisation& ni = rb.nz[rb.impl_choice];
+        const Normalisation& ns = rb.nz[rb.self_choice];
+        const bool flushing = model_.inputs_flushed;
+        struct ColumnSums {
+            Wide scale = 0, abs_v = 0, abs_v_impl = 0, abs_self = 0;
+            OutputSums<Wide> impl;
+        };
+        std::vector<ColumnSums> cs(Dv);
         const auto accumulate = [&](auto zero) {
             using A = decltype(zero);
-            A sc = 0, av_sum = 0, av_impl = 0;
-            OutputSums<A> acc[4];
+            struct Acc {
+                A sc = 0, av_sum = 0, av_impl = 0, av_self = 0, spread = 0, dv = 0, absterm = 0;
+            };
+            std::vector<Acc> acc(Dv);
             for (std::size_t c = 0; c < n; ++c) {
-                const double vj = v_at(c);
-                const A av = std::fabs(vj);
-                const A d = std::fabs(vj - static_cast<A>(od));  // |v_j - o| <= d + |od| 2^-52 + |o - o_oracle|
-                sc += sm.p_hi[c] * av;
-                av_sum += av;
-                // The implementation's values: v_j, or 0 where a flushing kernel reads a subnormal v_j (section 9's e_v).
-                const A ev = model_.inputs_flushed ? flushable<T>(vj) : 0.0;
-                av_impl += av + ev;
-                for (int z = 0; z < 2; ++z) rb.nz[z].add(acc[z], c, d + ev, av, ev);
-                for (int z = 2; z < 4; ++z) rb.nz[z].add(acc[z], c, d, av);
+                const double* v = row_at(c);
+                const double p = sm.p_hi[c], pB = ni.pB[c], w = ni.w[c], pB_self = ns.pB[c];
+                for (std::size_t col = 0; col < Dv; ++col) {
+                    Acc& a = acc[col];
+                    const A av = std::fabs(v[col]);
+                    const A d = std::fabs(v[col] - static_cast<A>(od[col]));  // |v_j - o| <= d + |od| 2^-52 + |o - o_oracle|
+                    a.sc += p * av;
+                    a.av_sum += av;
+                    a.av_self += pB_self * av;
+                    if (!flushing) {
+                        a.spread += pB * d;
+                        a.absterm += w * av;
+                        continue;
+                    }
+                    // A flushing kernel may read a subnormal v_j as 0 (section 9's e_v).
+                    const A ev = flushable<T>(v[col]);
+                    a.av_impl += ev;
+                    a.spread += pB * (d + ev);
+                    a.dv += w * ev;
+                    a.absterm += w * (av + ev);
+                }
             }
-            scale_c = sc, abs_v = av_sum, abs_v_impl = av_impl;
-            for (int z = 0; z < 4; ++z) sums[z] = {acc[z].spread, acc[z].dv, acc[z].absterm};
+            for (std::size_t col = 0; col < Dv; ++col) {
+                const Acc& a = acc[col];
+                cs[col] = {a.sc, a.av_sum, static_cast<Wide>(a.av_sum) + a.av_impl, a.av_self, {a.spread, a.dv, a.absterm}};
+            }
         };
         if (fast)
             accumulate(0.0);
         else
             accumulate(Wide(0));
-        const Wide o_abs = std::fabs(static_cast<Wide>(od));
-        Wide rel[4];
-        for (int z = 2; z < 4; ++z) rel[z] = rb.nz[z].output_rel(sums[z], rb.nz[z].o_rounding(od), o_abs);
-        // The oracle's own error of o: on the double-double path also p_j below the normal range (2^-1074 |v_j| each)
-        // and the double-double sums, and o is stored exactly; on the all-MPFR path o is stored beyond double-double.
+        bool certain = true;
         const Wide nd = static_cast<Wide>(n);
-        const Wide self_error = std::min(rel[2], rel[3]) + (fast ? 0x1p-1074L * (abs_v + 4 * nd) + 0x1p-105L * o_abs
-                                                                 : 0x1p-120L * o_abs);
-        // Section 7: the exact o is within 2 self_error of od (doubled: the self-bound is itself evaluated at the
-        // oracle's values), which each |v_j - o| and |o| gain.
-        const Wide o_up = o_abs * (1 + 0x1p-52L) + 2 * self_error;
-        for (int z = 0; z < 2; ++z)
-            rel[z] = rb.nz[z].output_rel(sums[z], rb.nz[z].o_rounding(od) + rb.nz[z].sum_pB * 2 * self_error, o_up);
-        const double bound = round_up(rb.under.output(std::min(rel[0], rel[1]), abs_v_impl, o_up) * kBoundInflation);
-        const Index flat = (b * p_.Tq + i) * Dv + col;
-        if (fast)
-            put_output(flat, od, o_lo, bound, round_up(scale_c), self_error);
-        else
-            put_output(flat, o_mp, bound, round_up(scale_c), self_error);
+        for (std::size_t col = 0; col < Dv; ++col) {
+            const ColumnSums& c = cs[col];
+            const Wide o_abs = std::fabs(static_cast<Wide>(od[col]));
+            const OutputSums<Wide> self_sums{c.abs_self + o_abs * ns.sum_pB, 0, c.scale + c.abs_self};
+            const Wide rel_self = ns.output_rel(self_sums, ns.o_rounding(od[col]), o_abs);
+            // The oracle's own error of o: on the double-double path also the underflow of p_j below the normal
+            // range (2^-1072 |v_j| each: its exp's, quotient's and parts') and of the double-double sums (4 * 2^-1074
+            // per key, none when every v_jc is 0: then every term is an exact 0); on the all-MPFR path o is stored
+            // beyond double-double.
+            const Wide dd_under = c.abs_v > 0 ? 0x1p-1072L * (c.abs_v + nd) : Wide(0);
+            const Wide self_error = rel_self + (fast ? dd_under + 0x1p-105L * o_abs : 0x1p-120L * o_abs);
+            // Section 7: the exact o is within 2 self_error of od (doubled: the self-bound is itself evaluated at the
+            // oracle's values), which each |v_j - o| and |o| gain.
+            const Wide o_up = o_abs * (1 + 0x1p-52L) + 2 * self_error;
+            const Wide rel = ni.output_rel(c.impl, ni.o_rounding(od[col]) + ni.sum_pB * 2 * self_error, o_up);
+            const double bound = round_up(rb.under.output(rel, c.abs_v_impl, o_up) * kBoundInflation);
+            const Index flat = (b * p_.Tq + i) * p_.Dv + static_cast<Index>(col);
+            if (!fast) {
+                put_output(flat, o_mp[col], bound, round_up(c.scale), self_error);
+                continue;
+            }
+            put_output(flat, od[col], olo[col], bound, round_up(c.scale), self_error);
+            certain = certain && rounding_is_certain(od[col], olo[col], 2 * self_error + 0x1p-96L * o_abs);
+        }
+        return certain;
     }
 };
 

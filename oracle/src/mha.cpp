@@ -280,7 +280,7 @@ private:
         const std::size_t n = L.s.size();
         const double nd = static_cast<double>(n);
         std::vector<double> sigma(n), B_self(n), B_impl(n), p_first(n);
-        const RowRounding self = oracle_rounding(nd, u_mp_, gamma(nd + 1, u_mp_));
+        const RowRounding self = oracle_rounding(nd, u_mp_, gamma(nd + 1, u_mp_), u_mp_);
         for (std::size_t c = 0; c < n; ++c) {
             sigma[c] = sm.sigma[c] * (1 + 0x1p-50) + 2 * L.A_self;
             B_self[c] = direct_factor(exponent_perturbation(L.a_self[c], sigma[c], L.A_self, self), self);

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "attn/oracle/oracle.hpp"
+#include "dd.hpp"
 
 namespace attn::oracle::detail {
 
@@ -37,23 +40,6 @@ inline double gamma(double n, double u) {
 }
 
 // ---- section 5: error-free transformations in double, and storing an exact value ---------------------------------
-
-struct DoubleDouble {
-    double hi = 0, lo = 0;
-};
-
-// s + e == a + b exactly (Knuth's TwoSum; no branch, any magnitudes).
-inline void two_sum(double a, double b, double& s, double& e) {
-    s = a + b;
-    const double bb = s - a;
-    e = (a - (s - bb)) + (b - bb);
-}
-
-// p + e == a * b exactly, provided the product neither overflows nor underflows.
-inline void two_prod(double a, double b, double& p, double& e) {
-    p = a * b;
-    e = std::fma(a, b, -p);
-}
 
 // hi and lo of a Real: hi = the value rounded to double, lo = the rest rounded to double.
 template <class Real>
@@ -102,8 +88,11 @@ static_assert(std::numeric_limits<Wide>::max_exponent >= 16384 && std::numeric_l
 // A bound stored as double: x rounded up (to +inf beyond double's range), so the stored bound never shrinks.
 inline double round_up(Wide x) {
     double d = static_cast<double>(x);
-    if (static_cast<Wide>(d) < x) d = std::nextafter(d, std::numeric_limits<double>::infinity());
-    return d;
+    if (!(static_cast<Wide>(d) < x)) return d;  // exact, rounded up, or NaN
+    // The next double up (d is finite: a conversion that rounded down stays below +inf).
+    if (d == 0) return std::numeric_limits<double>::denorm_min();
+    const auto bits = std::bit_cast<std::uint64_t>(d);
+    return std::bit_cast<double>(d > 0 ? bits + 1 : bits - 1);
 }
 
 // ---- sections 0 and 4: the absolute error of one operation below the normal range ------------------------------------
@@ -204,6 +193,37 @@ void exact_softmax(const std::vector<Real>& logits, ExactSoftmax<Real>& out) {
     out.log_W = std::log(static_cast<double>(W));
 }
 
+// The same from double-double logits, in double-double (BOUNDS.md section 5, the default path): p_j = e_j / W with
+// e_j = dd_exp_nonpositive(s_j - m) and W their sum; out.p stays empty. Every operation is within kDdOp (the exps
+// within kDdExp), which the caller's self-bound charges (oracle_rounding).
+template <class Real>
+void exact_softmax_dd(const std::vector<DoubleDouble>& logits, std::vector<DoubleDouble>& e, ExactSoftmax<Real>& out) {
+    const std::size_t n = logits.size();
+    DoubleDouble m = logits[0];
+    for (std::size_t c = 1; c < n; ++c)
+        if (dd_less(m, logits[c])) m = logits[c];
+    e.resize(n);
+    out.sigma.assign(n, 0.0);
+    DoubleDouble W;
+    out.pivot = 0;
+    for (std::size_t c = 0; c < n; ++c) {
+        const DoubleDouble x = dd_add(logits[c], dd_neg(m));  // <= 0; exactly 0 for a key with the max logit
+        out.sigma[c] = -x.hi;
+        e[c] = dd_exp_nonpositive(x);
+        W = dd_add(W, e[c]);
+        if (out.sigma[c] == 0 && out.sigma[static_cast<std::size_t>(out.pivot)] != 0) out.pivot = static_cast<Index>(c);
+    }
+    out.p.clear();
+    out.p_hi.resize(n);
+    out.p_lo.resize(n);
+    for (std::size_t c = 0; c < n; ++c) {
+        const DoubleDouble p = dd_div(e[c], W);
+        out.p_hi[c] = p.hi;
+        out.p_lo[c] = p.lo;
+    }
+    out.log_W = std::log(W.hi);
+}
+
 // o = sum_j p_j value(j) in Real (value(j) returns the Real value of key j's element).
 template <class Real, class ValueAt>
 Real weighted_sum(const std::vector<Real>& p, ValueAt value) {
@@ -212,22 +232,26 @@ Real weighted_sum(const std::vector<Real>& p, ValueAt value) {
     return o;
 }
 
-// The same in double-double (section 5, default path): 2n terms, p_hi v_j exactly by TwoProduct and p_lo v_j
-// rounded, through Dot2; o = hi + lo with hi = RN(o) (the final TwoSum is exact). value(j) returns a double.
-template <class ValueAt>
-DoubleDouble weighted_sum_dd(const std::vector<double>& p_hi, const std::vector<double>& p_lo, ValueAt value) {
-    double sh = 0, sl = 0;
+// The same in double-double for every column at once (section 5, default path): per column 2n terms, p_hi v_jc
+// exactly by TwoProduct and p_lo v_jc rounded, through Dot2; o_c = hi + lo with hi = RN(o_c) (the final TwoSum is
+// exact). row(j) points to key j's Dv values; the columns' chains are independent, so they pipeline.
+template <class RowAt>
+void weighted_sums_dd(const std::vector<double>& p_hi, const std::vector<double>& p_lo, RowAt row, std::size_t Dv,
+                      std::vector<double>& sh, std::vector<double>& sl) {
+    sh.assign(Dv, 0.0);
+    sl.assign(Dv, 0.0);
     for (std::size_t c = 0; c < p_hi.size(); ++c) {
-        const double vj = value(c);
-        double ph, pe, t, q2;
-        two_prod(p_hi[c], vj, ph, pe);
-        two_sum(sh, ph, t, q2);
-        sh = t;
-        sl += q2 + (pe + p_lo[c] * vj);
+        const double* v = row(c);
+        const double ph = p_hi[c], pl = p_lo[c];
+        for (std::size_t col = 0; col < Dv; ++col) {
+            double a, e, t, q;
+            two_prod(ph, v[col], a, e);
+            two_sum(sh[col], a, t, q);
+            sh[col] = t;
+            sl[col] += q + (e + pl * v[col]);
+        }
     }
-    DoubleDouble o;
-    two_sum(sh, sl, o.hi, o.lo);
-    return o;
+    for (std::size_t col = 0; col < Dv; ++col) two_sum(sh[col], sl[col], sh[col], sl[col]);
 }
 
 // ---- section 3: rounding parameters of one computation of a row, and the normalisations ----------------------------
@@ -292,15 +316,16 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
     return P;
 }
 
-// Section 5: the oracle itself (R = 0, exp correctly rounded); gamma_O depends on how it forms the weighted sum.
-inline RowRounding oracle_rounding(double n, double u_mp, double gamma_O) {
+// Section 5: the oracle itself (R = 0), each operation within u_op (MPFR's u_mp, or kDdOp on the double-double
+// path), its exp within exp_error (MPFR's is correctly rounded: u_mp); gamma_O depends on how it forms the weighted sum.
+inline RowRounding oracle_rounding(double n, double u_op, double gamma_O, double exp_error) {
     RowRounding P;
-    P.k_sigma = u_mp;
-    P.log_up = std::log1p(u_mp);
-    P.log_down = std::log1p(-u_mp);
-    P.gamma_S = gamma(n - 1, u_mp);
+    P.k_sigma = u_op;
+    P.log_up = std::log1p(exp_error);
+    P.log_down = std::log1p(-exp_error);
+    P.gamma_S = gamma(n - 1, u_op);
     P.gamma_O = gamma_O;
-    P.u_div = u_mp;
+    P.u_div = u_op;
     return P;
 }
 

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <random>
@@ -488,4 +489,45 @@ TEST_CASE("blocked partial sums: the same bound within one key block, a tighter 
             CHECK(gb.output_bound[e] == g.output_bound[e]);
         }
     }
+}
+
+// The default path (double-double softmax, Ziv's strategy) against the all-MPFR path: bitwise the same rounded
+// outputs and weights, on random cases with near-ties, exact ties and large logits. `attn oracle-sweep --cases N`
+// runs the same comparison at scale (BOUNDS.md section 5).
+TEMPLATE_TEST_CASE("the double-double path rounds exactly as the all-MPFR path", "[oracle]", float, double) {
+    using T = TestType;
+    std::mt19937_64 rng(20261201);
+    std::uniform_int_distribution<int> size(1, 9), kind(0, 3);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    Index redone = 0;
+    for (int t = 0; t < 300; ++t) {
+        const int k_ = kind(rng);
+        const Index Tq = size(rng), Tk = k_ == 3 ? 2 : size(rng), Dk = size(rng), Dv = size(rng);
+        const double logit_scale = k_ == 1 ? 40.0 : 1.0;  // large logits: weights spread over many binades
+        Tensor<T> q({Tq, Dk}), k({Tk, Dk}), v({Tk, Dv});
+        for (Index e = 0; e < q.numel(); ++e) q[e] = static_cast<T>(normal(rng) * logit_scale);
+        for (Index e = 0; e < k.numel(); ++e) k[e] = static_cast<T>(normal(rng));
+        for (Index e = 0; e < v.numel(); ++e) v[e] = static_cast<T>(normal(rng));
+        if (k_ == 2)  // exact ties: every key the same, so the weights are 1/Tk and the outputs means of v
+            for (Index e = 0; e < k.numel(); ++e) k[e] = k[e % Dk];
+        if (k_ == 3) {  // outputs at midpoints: two equal keys whose values are neighbours in T
+            for (Index e = 0; e < k.numel(); ++e) k[e] = k[e % Dk];
+            for (Index c = 0; c < Dv; ++c)
+                v[Dv + c] = std::nextafter(v[c], std::numeric_limits<T>::infinity());
+        }
+        oracle::OracleOptions mpfr;
+        mpfr.bits = 114;
+        const auto fast = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, {}, {});
+        const auto slow = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, {}, mpfr);
+        redone += fast.rows_redone_in_mpfr;
+        for (Index e = 0; e < fast.output.numel(); ++e) {
+            CAPTURE(t, e, k_);
+            REQUIRE(std::memcmp(&fast.output[e], &slow.output[e], sizeof(T)) == 0);
+        }
+        for (Index e = 0; e < fast.weights.numel(); ++e) {
+            CAPTURE(t, e, k_);
+            REQUIRE(fast.weights[e] == slow.weights[e]);
+        }
+    }
+    CHECK(redone > 0);  // the midpoint cases cannot be decided from the enclosure
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "attn/oracle/oracle.hpp"
@@ -20,12 +21,12 @@ std::string SweepStats::summary() const {
                   "%s: %lld cases (%lld skipped), %lld over the bound, output tightness worst %.3g median %.3g, "
                   "weights tightness worst %.3g median %.3g, unbounded elements %lld (%lld cases outside all-wide), "
                   "oracle self-error <= %.2g of "
-                  "the bound; worst case %s",
+                  "the bound, %lld rows redone in MPFR; worst case %s",
                   dtype.c_str(), static_cast<long long>(cases), static_cast<long long>(skipped),
                   static_cast<long long>(violations), worst_tightness, median_tightness, worst_weights_tightness,
                   median_weights_tightness, static_cast<long long>(unbounded_elements),
                   static_cast<long long>(unbounded_outside_wide), max_oracle_error_ratio,
-                  worst_case.c_str());
+                  static_cast<long long>(rows_redone_in_mpfr), worst_case.c_str());
     return buf;
 }
 
@@ -192,6 +193,20 @@ SweepStats oracle_sweep(const SweepOptions& so) {
         OracleOptions oo;
         oo.model = impl.error_model;
         const Result<T> exact = scaled_dot_product_attention<T>(qv, kv, vv, am, c.options, oo);
+        st.rows_redone_in_mpfr += exact.rows_redone_in_mpfr;
+        if (so.compare_mpfr) {
+            OracleOptions all_mpfr = oo;
+            all_mpfr.bits = 114;
+            const Result<T> slow = scaled_dot_product_attention<T>(qv, kv, vv, am, c.options, all_mpfr);
+            const auto same = [](const Tensor<T>& a, const Tensor<T>& b) {
+                return a.numel() == b.numel() &&
+                       std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.numel()) * sizeof(T)) == 0;
+            };
+            if (!same(exact.output, slow.output) || !same(exact.weights, slow.weights)) {
+                if (st.mpfr_mismatches == 0) st.first_mpfr_mismatch = cfg;
+                ++st.mpfr_mismatches;
+            }
+        }
         const Comparison out = compare_output<T>(computed.output.view(), exact);
         const bool has_weights = computed.weights.has_value();
         const Comparison w = has_weights ? compare_weights<T>(computed.weights->view(), exact) : Comparison{};

@@ -95,6 +95,9 @@ struct Result {
     // rather than return a result where this exceeds 1e-6 (see max_oracle_error_ratio).
     double oracle_error_ratio = 0;
     int bits = 0;               // working precision used
+    // Rows the default path did again in MPFR: a result too close to a rounding boundary of T for its double-double
+    // enclosure to decide the rounding (Ziv's strategy), or logits beyond 2^1000 (oracle/BOUNDS.md section 5).
+    Index rows_redone_in_mpfr = 0;
     ErrorModel model;           // the model the bounds were computed for
 };
 

@@ -17,6 +17,9 @@ struct SweepOptions {
     Index cases = 200;
     bool adversarial = true;  // logits up to +-1e4, near-ties, Dk up to 1024, Tk up to 4096, values 1e-30..1e30
     std::string impl = "reference";  // a registry name (attn/suite/registry.hpp); its error model bounds the errors
+    // Also run every case on the all-MPFR path (OracleOptions::bits = 114) and compare its rounded output and weights
+    // with the default path's, bit for bit (oracle/BOUNDS.md section 5).
+    bool compare_mpfr = false;
 };
 
 struct SweepStats {
@@ -32,6 +35,9 @@ struct SweepStats {
     double median_tightness = 0;    // median over cases of the case's max error/bound (output)
     double worst_weights_tightness = 0, median_weights_tightness = 0;
     double max_oracle_error_ratio = 0;  // the oracle's own error / bound, max over cases
+    Index rows_redone_in_mpfr = 0;      // the default path's rows done again in MPFR (Ziv), summed over cases
+    Index mpfr_mismatches = 0;          // with compare_mpfr: cases whose rounded results differ in any bit
+    std::string first_mpfr_mismatch;    // its config string
     std::string worst_case;         // config string of the case with the worst output tightness
     std::string worst_summary;      // its Comparison::summary()
     std::string first_violation;    // config + summary of the first violating case, if any
