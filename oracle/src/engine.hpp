@@ -10,6 +10,7 @@
 
 #include "attn/oracle/oracle.hpp"
 #include "attn/detail/problem.hpp"
+#include "simd.hpp"
 #include "softmax_bound.hpp"
 
 namespace attn::oracle::detail {
@@ -33,9 +34,10 @@ inline DoubleDouble dot2(const double* x, const double* y, Index n, double& abs_
     return {s, c};
 }
 
-// dot2 of x with the rows rows[0..n) of y (each of length len), four rows at a time: the same operations in the
-// same order per row, so the same results, with four independent chains in flight.
-inline void dot2_rows(const double* x, const double* y, const Index* rows, std::size_t n, Index len,
+// dot2 of x with the rows rows[0..n) of y (each of length len), four rows at a time, with four independent chains
+// in flight. exact_products: x and y hold floats, whose products are exact in double (TwoProduct's error is 0).
+template <bool exact_products>
+void dot2_rows(const double* x, const double* y, const Index* rows, std::size_t n, Index len,
                       std::vector<DoubleDouble>& out, std::vector<double>& abs_dot) {
     out.resize(n);
     abs_dot.resize(n);
@@ -46,7 +48,12 @@ inline void dot2_rows(const double* x, const double* y, const Index* rows, std::
         for (Index d = 0; d < len; ++d)
             for (int r = 0; r < 4; ++r) {
                 double p, e, t, q;
-                two_prod(x[d], y4[r][d], p, e);
+                if constexpr (exact_products) {
+                    p = x[d] * y4[r][d];
+                    e = 0;
+                } else {
+                    two_prod(x[d], y4[r][d], p, e);
+                }
                 two_sum(s[r], p, t, q);
                 s[r] = t;
                 e4[r] += q + e;
@@ -100,9 +107,11 @@ private:
     // on the all-MPFR path, which stores its values beyond double-double (a double target's gradual units need it).
     UnderflowUnits eta_fast_, eta_plain_;
     bool k_flushable_ = false;  // this batch element's readable keys hold a subnormal (ErrorModel::inputs_flushed)
+    std::vector<char> key_finite_;    // per key of the batch element: its k and v rows are finite
     std::vector<DoubleDouble> exps_;  // one row's exps on the double-double path (scratch)
     double row_ratio_ = 0;            // the current row's max self-error / bound, committed when the row is kept
     std::vector<double> col_hi_, col_lo_;  // one row's outputs, per column (scratch)
+    std::vector<const double*> row_ptrs_;  // one row's value rows (scratch)
     mutable std::vector<DoubleDouble> dots_;  // one row's q.k_j on the double-double path (scratch)
     mutable std::vector<double> dots_abs_;
 
@@ -167,6 +176,12 @@ private:
             return std::any_of(x.begin(), x.end(), [](double e) { return flushable<T>(e) > 0; });
         };
         k_flushable_ = model_.inputs_flushed && has_flushable(kd_);
+        // Whether each key's k and v rows are finite, once per batch element (every row of b reads them).
+        key_finite_.assign(static_cast<std::size_t>(Tk), 1);
+        for (Index j = 0; j < Tk; ++j) {
+            const auto finite = [](const double* x, Index m) { return std::all_of(x, x + m, [](double e) { return std::isfinite(e); }); };
+            key_finite_[static_cast<std::size_t>(j)] = finite(kd_.data() + j * Dk, Dk) && finite(vd_.data() + j * Dv, Dv);
+        }
     }
 
     void run_batch(Index b) {
@@ -194,16 +209,10 @@ private:
     }
 
     bool row_is_finite(Index i, const std::vector<Index>& keys) const {
-        const Index Dk = p_.Dk, Dv = p_.Dv;
+        const Index Dk = p_.Dk;
         for (Index d = 0; d < Dk; ++d)
             if (!std::isfinite(qd_[i * Dk + d])) return false;
-        for (Index j : keys) {
-            for (Index d = 0; d < Dk; ++d)
-                if (!std::isfinite(kd_[j * Dk + d])) return false;
-            for (Index d = 0; d < Dv; ++d)
-                if (!std::isfinite(vd_[j * Dv + d])) return false;
-        }
-        return true;
+        return std::all_of(keys.begin(), keys.end(), [&](Index j) { return key_finite_[static_cast<std::size_t>(j)] != 0; });
     }
 
     // Section 2 and, for the oracle itself, section 5: the row's logits and what their bounds need.
@@ -223,6 +232,7 @@ private:
         Normalisation nz[4];  // impl direct, impl pivot, self direct, self pivot
         Underflow under;
         std::vector<double> p_up;  // p_j rounded up past the oracle's own error (section 7)
+        std::vector<Wide> self_w;  // the oracle's own error of p_j (weight_self_error)
         // The normalisation the row's outputs use, the implementation's (0 direct, 1 pivot) and the oracle's own (2, 3):
         // the one with the smaller Delta (both are rigorous; the weights take the smaller bound per key).
         int impl_choice = 0, self_choice = 2;
@@ -268,6 +278,17 @@ private:
         if (radius == 0) return true;
         // Widened for the rounding of lo -+ r, which is at most 2^-53 (r + |lo|), |lo| <= 2^-53 |hi|.
         const double r = round_up(radius * (1 + 0x1p-50L) + 0x1p-104L * std::fabs(hi));
+        // Usually the enclosure lies far inside the rounding interval of t = RN_T(hi): within a quarter of t's ulp
+        // (the interval reaches at least half of the smaller ulp on either side, and the ulp below is at least
+        // half the ulp above). hi - t is exact (Sterbenz) and the sum's rounding is far inside the margin.
+        const T t = static_cast<T>(hi);
+        if (std::isnormal(t) && std::fabs(t) > std::numeric_limits<T>::min()) {
+            // 2^(exponent of t - digits - 1), from the bits of t widened to double (exact)
+            const auto e = static_cast<int>((std::bit_cast<std::uint64_t>(static_cast<double>(t)) >> 52) & 0x7ff) - 1023 -
+                           std::numeric_limits<T>::digits - 1;
+            const double quarter_ulp = e >= -1022 ? std::bit_cast<double>(static_cast<std::uint64_t>(e + 1023) << 52) : 0.0;
+            if (std::fabs(hi - static_cast<double>(t)) + std::fabs(lo) + r < quarter_ulp * (1 - 0x1p-40)) return true;
+        }
         double h1, l1, h2, l2;
         two_sum(hi, lo - r, h1, l1);
         two_sum(hi, lo + r, h2, l2);
@@ -300,7 +321,7 @@ private:
             q_flushable = q_flushable || (model_.inputs_flushed && flushable<T>(qi[d]) > 0);
         }
         const Real scale_mp(p_.scale);  // the MPFR path's
-        if (fast) dot2_rows(qi, kd_.data(), keys.data(), n, Dk, dots_, dots_abs_);
+        if (fast) dot2_rows<std::is_same_v<T, float>>(qi, kd_.data(), keys.data(), n, Dk, dots_, dots_abs_);
         for (std::size_t c = 0; c < n; ++c) {
             const double* kj = kd_.data() + keys[c] * Dk;
             Wide abs_k = 0;  // in double on the double-double path: every input within [2^-450, 2^450] or 0
@@ -373,11 +394,13 @@ private:
         // and 2^-53 relative of its rounding to double; W within e^{+-2 A_self}; p_j within its self-bound, doubled.
         std::vector<double> sigma_up(n), sigma_lo(n);
         rb.p_up.resize(n);
+        rb.self_w.resize(n);
         const double log_W_lo = sm.log_W * (1 - 0x1p-51) - 2 * A_self;
         for (std::size_t c = 0; c < n; ++c) {
             sigma_up[c] = sm.sigma[c] * (1 + 0x1p-52) + 2 * A_self;
             sigma_lo[c] = std::max(0.0, sm.sigma[c] * (1 - 0x1p-52) - 2 * A_self);
-            rb.p_up[c] = std::min(1.0, round_up(sm.p_hi[c] * (1 + 0x1p-52L) + 2 * weight_self_error(rb, c, sm.p_hi[c])));
+            rb.self_w[c] = weight_self_error(rb, c, sm.p_hi[c]);
+            rb.p_up[c] = std::min(1.0, round_up(sm.p_hi[c] * (1 + 0x1p-52L) + 2 * rb.self_w[c]));
         }
         std::vector<double> theta_rest(n);
         for (std::size_t c = 0; c < n; ++c) theta_rest[c] = exponent_perturbation_rest(a[c], A, rb.impl);
@@ -415,7 +438,7 @@ private:
             const double p = rb.p_up[c];
             const Wide rel_impl = std::min(nz[0].weight_rel(c, p, rb.impl.u_div), nz[1].weight_rel(c, p, rb.impl.u_div));
             const double bound = round_up(rb.under.weight(rel_impl, p, u_) * kBoundInflation);
-            const Wide self_error = weight_self_error(rb, c, sm.p_hi[c]);
+            const Wide self_error = rb.self_w[c];
             const Index flat = (b * p_.Tq + i) * p_.Tk + keys[c];
             if (rb.fast) {
                 put_weight(flat, sm.p_hi[c], sm.p_lo[c], bound, self_error);
@@ -425,6 +448,25 @@ private:
             }
         }
         return certain;
+    }
+
+    // One key's terms of every column's sums (output_row) in Wide: accumulate_key_simd's operations (simd.hpp),
+    // for values beyond double's comfortable range (section 7).
+    static void accumulate_key(const double* v, const double* od, std::size_t Dv, double flush_below, Wide p, Wide pB,
+                               Wide w, Wide pB_self, Wide* sc, Wide* av_sum, Wide* av_self, Wide* av_impl, Wide* spread,
+                               Wide* dv, Wide* absterm) {
+        for (std::size_t col = 0; col < Dv; ++col) {
+            const Wide av = std::fabs(static_cast<Wide>(v[col]));
+            const Wide d = std::fabs(static_cast<Wide>(v[col]) - static_cast<Wide>(od[col]));
+            const Wide ev = av < flush_below ? av : Wide(0);
+            sc[col] += p * av;
+            av_sum[col] += av;
+            av_self[col] += pB_self * av;
+            av_impl[col] += ev;
+            spread[col] += pB * (d + ev);
+            dv[col] += w * ev;
+            absterm[col] += w * (av + ev);
+        }
     }
 
     // Sections 3-4 and 7, outputs o_c = sum_j p_j v_jc of every column of the row and their bounds (*) under the
@@ -441,7 +483,12 @@ private:
         std::vector<double>& olo = col_lo_;
         std::vector<Real> o_mp;
         if (fast) {
-            weighted_sums_dd(sm.p_hi, sm.p_lo, row_at, Dv, od, olo);
+            // Per column: 2n terms p_hi v_jc exactly by TwoProduct and p_lo v_jc rounded, through Dot2 (section 5).
+            row_ptrs_.resize(n);
+            for (std::size_t c = 0; c < n; ++c) row_ptrs_[c] = row_at(c);
+            od.resize(Dv);
+            olo.resize(Dv);
+            weighted_sums_dd_simd(sm.p_hi.data(), sm.p_lo.data(), row_ptrs_.data(), n, Dv, od.data(), olo.data());
         } else {
             o_mp.resize(Dv);
             od.resize(Dv);
@@ -466,37 +513,23 @@ private:
         std::vector<ColumnSums> cs(Dv);
         const auto accumulate = [&](auto zero) {
             using A = decltype(zero);
-            struct Acc {
-                A sc = 0, av_sum = 0, av_impl = 0, av_self = 0, spread = 0, dv = 0, absterm = 0;
-            };
-            std::vector<Acc> acc(Dv);
+            // One array per sum, so that the loop over columns vectorises.
+            std::vector<A> sc(Dv, A(0)), av_sum(Dv, A(0)), av_impl(Dv, A(0)), av_self(Dv, A(0)), spread(Dv, A(0)),
+                dv(Dv, A(0)), absterm(Dv, A(0));
+            const double flush_below = flushing ? static_cast<double>(std::numeric_limits<T>::min()) : 0.0;
             for (std::size_t c = 0; c < n; ++c) {
-                const double* v = row_at(c);
-                const double p = sm.p_hi[c], pB = ni.pB[c], w = ni.w[c], pB_self = ns.pB[c];
-                for (std::size_t col = 0; col < Dv; ++col) {
-                    Acc& a = acc[col];
-                    const A av = std::fabs(v[col]);
-                    const A d = std::fabs(v[col] - static_cast<A>(od[col]));  // |v_j - o| <= d + |od| 2^-52 + |o - o_oracle|
-                    a.sc += p * av;
-                    a.av_sum += av;
-                    a.av_self += pB_self * av;
-                    if (!flushing) {
-                        a.spread += pB * d;
-                        a.absterm += w * av;
-                        continue;
-                    }
-                    // A flushing kernel may read a subnormal v_j as 0 (section 9's e_v).
-                    const A ev = flushable<T>(v[col]);
-                    a.av_impl += ev;
-                    a.spread += pB * (d + ev);
-                    a.dv += w * ev;
-                    a.absterm += w * (av + ev);
-                }
+                if constexpr (std::is_same_v<A, double>)
+                    accumulate_key_simd(row_at(c), od.data(), Dv, flush_below, sm.p_hi[c], ni.pB[c], ni.w[c], ns.pB[c],
+                                        sc.data(), av_sum.data(), av_self.data(), av_impl.data(), spread.data(),
+                                        dv.data(), absterm.data());
+                else
+                    accumulate_key(row_at(c), od.data(), Dv, flush_below, sm.p_hi[c], ni.pB[c], ni.w[c], ns.pB[c],
+                                   sc.data(), av_sum.data(), av_self.data(), av_impl.data(), spread.data(), dv.data(),
+                                   absterm.data());
             }
-            for (std::size_t col = 0; col < Dv; ++col) {
-                const Acc& a = acc[col];
-                cs[col] = {a.sc, a.av_sum, static_cast<Wide>(a.av_sum) + a.av_impl, a.av_self, {a.spread, a.dv, a.absterm}};
-            }
+            for (std::size_t col = 0; col < Dv; ++col)
+                cs[col] = {sc[col], av_sum[col], static_cast<Wide>(av_sum[col]) + av_impl[col], av_self[col],
+                           {spread[col], dv[col], absterm[col]}};
         };
         if (fast)
             accumulate(0.0);

@@ -232,28 +232,6 @@ Real weighted_sum(const std::vector<Real>& p, ValueAt value) {
     return o;
 }
 
-// The same in double-double for every column at once (section 5, default path): per column 2n terms, p_hi v_jc
-// exactly by TwoProduct and p_lo v_jc rounded, through Dot2; o_c = hi + lo with hi = RN(o_c) (the final TwoSum is
-// exact). row(j) points to key j's Dv values; the columns' chains are independent, so they pipeline.
-template <class RowAt>
-void weighted_sums_dd(const std::vector<double>& p_hi, const std::vector<double>& p_lo, RowAt row, std::size_t Dv,
-                      std::vector<double>& sh, std::vector<double>& sl) {
-    sh.assign(Dv, 0.0);
-    sl.assign(Dv, 0.0);
-    for (std::size_t c = 0; c < p_hi.size(); ++c) {
-        const double* v = row(c);
-        const double ph = p_hi[c], pl = p_lo[c];
-        for (std::size_t col = 0; col < Dv; ++col) {
-            double a, e, t, q;
-            two_prod(ph, v[col], a, e);
-            two_sum(sh[col], a, t, q);
-            sh[col] = t;
-            sl[col] += q + (e + pl * v[col]);
-        }
-    }
-    for (std::size_t col = 0; col < Dv; ++col) two_sum(sh[col], sl[col], sh[col], sl[col]);
-}
-
 // ---- section 3: rounding parameters of one computation of a row, and the normalisations ----------------------------
 
 // The implementation's (unit roundoff u of T) or, in the same form, the oracle's own (u_mp, section 5).
@@ -340,9 +318,15 @@ inline double exponent_perturbation_rest(double a, double A, const RowRounding& 
     return a + P.k_sigma * (a + A) + P.offset;
 }
 
+// Upper bounds of e^x - 1 and of 1 - e^x, cheap where |x| <= 2^-12 (most exponent perturbations): there
+// e^x - 1 <= x + x^2 and 1 - e^x <= -x (e^x >= 1 + x everywhere). Elsewhere the library's expm1, whose error is far
+// inside kBoundInflation.
+inline double expm1_up(double x) { return std::fabs(x) <= 0x1p-12 ? x + x * x : std::expm1(x); }
+inline double one_minus_exp_up(double x) { return std::fabs(x) <= 0x1p-12 ? -x : -std::expm1(x); }
+
 // Direct normalisation: B_j = max(e^{Theta_j} (1+eps)^{1+R} - 1, 1 - e^{-Theta_j} (1-eps)^{1+R}).
 inline double direct_factor(double theta, const RowRounding& P) {
-    return std::max(std::expm1(theta + P.log_up), -std::expm1(-theta + P.log_down));
+    return std::max(expm1_up(theta + P.log_up), one_minus_exp_up(-theta + P.log_down));
 }
 
 // The sums of (*) for one output column, over the row's keys.
@@ -364,6 +348,9 @@ struct Normalisation {
     double gamma_S = 0, gamma_O = 0;
     Wide sum_pD = 0;        // split-KV: sum_j p_j ((1 + B_j)(1 + Phi_j) - 1) >= sum_j (p_j + p_j B_j) Phi_j
     double lse_common = 0;  // split-KV: lse's own error
+    // 1 / (1 - Delta) and e^lse_common - 1, once per row (their rounding, 2^-64 relative, is within kBoundInflation)
+    Wide inv_one_minus_delta = 1;
+    double lse_factor = 0;
     bool bounded = false;  // Delta < 1/2 and gamma_O < 1/2
 
     // Key j's terms of (*).
@@ -392,18 +379,18 @@ struct Normalisation {
     template <class A>
     Wide output_rel(const OutputSums<A>& s, Wide o_round, Wide o_up) const {
         if (!bounded) return std::numeric_limits<Wide>::infinity();
-        const Wide rel = output_numerator(s, o_round, o_up) / (1 - delta);
-        return rel + std::expm1(lse_common) * (o_up + rel);
+        const Wide rel = output_numerator(s, o_round, o_up) * inv_one_minus_delta;
+        return rel + lse_factor * (o_up + rel);
     }
     // Section 4, the weights' relative part: [p_j B_j + u (p_j + p_j B_j) + p_j Delta] / (1 - Delta).
     Wide weight_rel(std::size_t c, double p, double u_div) const {
         if (!bounded) return std::numeric_limits<Wide>::infinity();
-        const Wide rel = (pB[c] + u_div * (p + pB[c]) + p * delta) / (1 - delta);
-        return rel + std::expm1(lse_common) * (p + rel);
+        const Wide rel = (pB[c] + u_div * (p + pB[c]) + p * delta) * inv_one_minus_delta;
+        return rel + lse_factor * (p + rel);
     }
     // The same divided by p_j (the caller checks Delta).
     double weight_rel_factor(std::size_t c, double u_div) const {
-        return round_up((B[c] + u_div * (1 + B[c]) + delta) / (1 - delta));
+        return round_up((B[c] + u_div * (1 + B[c]) + delta) * inv_one_minus_delta);
     }
 };
 
@@ -414,6 +401,8 @@ inline void finish(Normalisation& N, const RowRounding& P) {
     N.lse_common = P.lse_common;
     N.delta = N.sum_pB + P.gamma_S * (1 + N.sum_pB) + (1 + P.gamma_S) * N.sum_pD;
     N.bounded = N.delta < 0.5 && P.gamma_O < 0.5 && P.lse_common < 0.5;  // false for NaN too
+    N.inv_one_minus_delta = N.bounded ? 1 / (1 - N.delta) : Wide(0);  // unused when not bounded
+    N.lse_factor = std::expm1(P.lse_common);
 }
 
 // Direct normalisation from given B_j and upper bounds p_j (the MHA path): p_j B_j = p_j B_j, p_j (1 + B_j).
@@ -453,11 +442,11 @@ inline Normalisation normalise(const RowRounding& P, const std::vector<double>& 
         double up_rest = 0;  // log(1 + B_j) = up_rest + k_sigma sigma_j
         if (!pivoted) {
             up_rest = theta_rest[c] + P.log_up;
-            N.B[c] = std::max(std::expm1(up_rest + P.k_sigma * sigma[c]),
-                              -std::expm1(-(theta_rest[c] + P.k_sigma * sigma[c]) + P.log_down));
+            N.B[c] = std::max(expm1_up(up_rest + P.k_sigma * sigma[c]),
+                              one_minus_exp_up(-(theta_rest[c] + P.k_sigma * sigma[c]) + P.log_down));
         } else if (c != piv) {
             up_rest = theta_rest[c] + theta_pivot + P.log_up - P.log_down;
-            N.B[c] = std::expm1(up_rest + P.k_sigma * sigma[c]);
+            N.B[c] = expm1_up(up_rest + P.k_sigma * sigma[c]);
         } else {
             N.B[c] = 0;
         }
@@ -474,10 +463,10 @@ inline Normalisation normalise(const RowRounding& P, const std::vector<double>& 
             // (1 + B_j)(1 + Phi_j) - 1 on both sides, in log space when large.
             const double d_rest = P.theta_D + (theta_D_rest.empty() ? 0.0 : theta_D_rest[c]);
             const double upd = up + d_rest + P.k_D * sigma[c];
-            const double lower = pivoted ? -std::expm1(-(d_rest + P.k_D * sigma[c]))
-                                         : -std::expm1(-(theta_rest[c] + P.k_sigma * sigma[c]) + P.log_down -
+            const double lower = pivoted ? one_minus_exp_up(-(d_rest + P.k_D * sigma[c]))
+                                         : one_minus_exp_up(-(theta_rest[c] + P.k_sigma * sigma[c]) + P.log_down -
                                                        (d_rest + P.k_D * sigma[c]));
-            N.sum_pD += upd < 1    ? static_cast<Wide>(p[c]) * std::max(std::expm1(upd), lower)
+            N.sum_pD += upd < 1    ? static_cast<Wide>(p[c]) * std::max(expm1_up(upd), lower)
                         : vanishes ? 0
                                    : std::exp(log_p + up_rest + d_rest + (P.k_sigma + P.k_D) * sigma[c]);
         }
@@ -495,6 +484,7 @@ struct Underflow {
     UnderflowUnits eta;
     bool split = false;  // split-KV: the combine's products, additions and exps (each split's o_s is at most max|v|)
     bool ok = false;  // S_min > 1/4
+    Wide inv_S_min = 0;  // 1 / S_min (its rounding within kBoundInflation)
 
     // bound_c = rel_c + (Xi_c + (|o_c| + rel_c) Z) / S_min + the normalise-first form's underflow; abs_v =
     // sum_j |v_jc| (plus e_vjc for section 9), o_up >= |o_c|. +inf when S_min is too small.
@@ -506,13 +496,13 @@ struct Underflow {
         const Wide direct_abs = (eta.mul * abs_v + n * (eta.mul + eta.add)) * (1 + gamma_O);
         // Split-KV: each part's own absolute error has |o_s| <= max_j |v_jc| where a single pass has |o_c|.
         const Wide combine_abs =
-            split ? (n * (eta.mul + eta.add) + eta.exp * abs_v) * (1 + gamma_O) + Z * abs_v / S_min : 0.0;
-        return rel + (Xi + (o_up + rel) * Z) / S_min + direct_abs + combine_abs;
+            split ? (n * (eta.mul + eta.add) + eta.exp * abs_v) * (1 + gamma_O) + Z * abs_v * inv_S_min : 0.0;
+        return rel + (Xi + (o_up + rel) * Z) * inv_S_min + direct_abs + combine_abs;
     }
     // The weight p_j's: rel_j + (H0 (1 + u) + (p_j + rel_j) Z) / S_min + eta_mul.
     Wide weight(Wide rel, double p, double u) const {
         if (!ok) return std::numeric_limits<Wide>::infinity();
-        return rel + (H0 * (1 + u) + (p + rel) * Z) / S_min + eta.mul;
+        return rel + (H0 * (1 + u) + (p + rel) * Z) * inv_S_min + eta.mul;
     }
 };
 
@@ -529,6 +519,7 @@ inline Underflow underflow_terms(const RowRounding& impl, double n, double R, do
     U.gamma_O = impl.gamma_O;
     U.split = impl.split;
     U.ok = U.S_min > 0.25;
+    U.inv_S_min = U.ok ? 1 / static_cast<Wide>(U.S_min) : Wide(0);  // unused when not ok
     return U;
 }
 
