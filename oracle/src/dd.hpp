@@ -139,16 +139,19 @@ inline DoubleDouble dd_exp_by_squaring(DoubleDouble x) {
 //       2^-90 + 22.3 kDdOp + 2^-104 < 2^-89.
 inline constexpr double kDdExp = 0x1p-89;
 
-inline DoubleDouble dd_exp_nonpositive(DoubleDouble x) {
-    if (x.hi < -1100) return {0.0, 0.0};
-    constexpr double M1 = 0x1.62e42fefa0000p-7, M2 = 0x1.cf79abc9e0000p-46, M3 = 0x1.d9cc01f97b57ap-85;
-    struct Tables {
-        DoubleDouble two_j[64];   // 2^(j/64)
-        DoubleDouble c[6];        // 1/n!, n = 0..5
-        double c_tail[11] = {};   // 1/n!, n = 6..10, in double
-    };
-    static const Tables tables = [] {
-        Tables t;
+// dd_exp_nonpositive's constants, shared with its SIMD form (simd.hpp): ln2/64 in three parts, 64/ln2, the
+// Taylor coefficients and the table of 2^(j/64).
+struct DdExpTables {
+    static constexpr double M1 = 0x1.62e42fefa0000p-7, M2 = 0x1.cf79abc9e0000p-46, M3 = 0x1.d9cc01f97b57ap-85;
+    static constexpr double kInvM = 0x1.71547652b82fep+6;  // 64 / ln 2
+    double two_j_hi[64], two_j_lo[64];                      // 2^(j/64)
+    DoubleDouble c[6];                                      // 1/n!, n = 0..5
+    double c_tail[11] = {};                                 // 1/n!, n = 6..10, in double
+};
+
+inline const DdExpTables& dd_exp_tables() {
+    static const DdExpTables tables = [] {
+        DdExpTables t;
         double factorial = 1;
         for (int n = 0; n <= 10; ++n) {
             if (n > 0) factorial *= n;  // exact
@@ -156,27 +159,33 @@ inline DoubleDouble dd_exp_nonpositive(DoubleDouble x) {
             else t.c_tail[n] = 1.0 / factorial;
         }
         // 2^(j/64) = 2 exp((j - 64) ln2/64), the argument in double-double from M1 + M2 + M3.
-        t.two_j[0] = {1.0, 0.0};  // exactly, so that exp(0) = 1 exactly
+        t.two_j_hi[0] = 1.0, t.two_j_lo[0] = 0.0;  // exactly, so that exp(0) = 1 exactly
         for (int j = 1; j < 64; ++j) {
             const double m = j - 64;
-            const DoubleDouble arg = dd_add(dd_add({m * M1, 0.0}, {m * M2, 0.0}), {m * M3, 0.0});
+            const DoubleDouble arg =
+                dd_add(dd_add({m * DdExpTables::M1, 0.0}, {m * DdExpTables::M2, 0.0}), {m * DdExpTables::M3, 0.0});
             const DoubleDouble e = dd_exp_by_squaring(arg);
-            t.two_j[j] = {2 * e.hi, 2 * e.lo};
+            t.two_j_hi[j] = 2 * e.hi, t.two_j_lo[j] = 2 * e.lo;
         }
         return t;
     }();
-    const double k = std::nearbyint(x.hi * 0x1.71547652b82fep+6);  // 64 x / ln 2, to nearest
-    DoubleDouble r = dd_add(x, {-k * M1, 0.0});
-    r = dd_add(r, {-k * M2, 0.0});
-    r = dd_add(r, {-k * M3, 0.0});
+    return tables;
+}
+
+inline DoubleDouble dd_exp_nonpositive(DoubleDouble x) {
+    if (x.hi < -1100) return {0.0, 0.0};
+    const DdExpTables& tables = dd_exp_tables();
+    const double k = std::nearbyint(x.hi * DdExpTables::kInvM);  // 64 x / ln 2, to nearest
+    DoubleDouble r = dd_add(x, {-k * DdExpTables::M1, 0.0});
+    r = dd_add(r, {-k * DdExpTables::M2, 0.0});
+    r = dd_add(r, {-k * DdExpTables::M3, 0.0});
     double t = tables.c_tail[10];
     for (int n = 9; n >= 6; --n) t = t * r.hi + tables.c_tail[n];
     DoubleDouble y{t, 0.0};
     for (int n = 5; n >= 0; --n) y = dd_add(dd_mul(y, r), tables.c[n]);
-    const auto ki = static_cast<long>(k);
-    const long q = ki >= 0 ? ki / 64 : -((-ki + 63) / 64);  // floor(k / 64)
-    const int j = static_cast<int>(ki - 64 * q);
-    y = dd_mul(tables.two_j[j], y);
+    const double q = std::floor(k * (1.0 / 64));  // exact
+    const int j = static_cast<int>(k - 64 * q);
+    y = dd_mul({tables.two_j_hi[j], tables.two_j_lo[j]}, y);
     const int e = static_cast<int>(q);
     return {std::ldexp(y.hi, e), std::ldexp(y.lo, e)};
 }

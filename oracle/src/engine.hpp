@@ -17,55 +17,10 @@ namespace attn::oracle::detail {
 
 // ---- the logits' error-free dot product (BOUNDS.md section 5) ------------------------------------------------
 
-// Dot2 of Ogita, Rump and Oishi (2005) without its final rounding: |hi + lo - x.y| <= 2 gamma_n(2^-53)^2 |x|.|y|
-// (plus underflow, excluded by the caller's range check). abs_dot receives |x|.|y| summed in double, to nearest
-// (not rounded up: its relative error, below (n + 1) 2^-53, is covered by kBoundInflation, BOUNDS.md section 7).
-inline DoubleDouble dot2(const double* x, const double* y, Index n, double& abs_dot) {
-    double s = 0, c = 0, a = 0;
-    for (Index d = 0; d < n; ++d) {
-        double p, e, t, q;
-        two_prod(x[d], y[d], p, e);
-        two_sum(s, p, t, q);
-        s = t;
-        c += q + e;
-        a += std::fabs(p);
-    }
-    abs_dot = a;
-    return {s, c};
-}
-
-// dot2 of x with the rows rows[0..n) of y (each of length len), four rows at a time, with four independent chains
-// in flight. exact_products: x and y hold floats, whose products are exact in double (TwoProduct's error is 0).
-template <bool exact_products>
-void dot2_rows(const double* x, const double* y, const Index* rows, std::size_t n, Index len,
-                      std::vector<DoubleDouble>& out, std::vector<double>& abs_dot) {
-    out.resize(n);
-    abs_dot.resize(n);
-    std::size_t c = 0;
-    for (; c + 4 <= n; c += 4) {
-        const double* y4[4] = {y + rows[c] * len, y + rows[c + 1] * len, y + rows[c + 2] * len, y + rows[c + 3] * len};
-        double s[4] = {}, e4[4] = {}, a[4] = {};
-        for (Index d = 0; d < len; ++d)
-            for (int r = 0; r < 4; ++r) {
-                double p, e, t, q;
-                if constexpr (exact_products) {
-                    p = x[d] * y4[r][d];
-                    e = 0;
-                } else {
-                    two_prod(x[d], y4[r][d], p, e);
-                }
-                two_sum(s[r], p, t, q);
-                s[r] = t;
-                e4[r] += q + e;
-                a[r] += std::fabs(p);
-            }
-        for (int r = 0; r < 4; ++r) {
-            out[c + r] = {s[r], e4[r]};
-            abs_dot[c + r] = a[r];
-        }
-    }
-    for (; c < n; ++c) out[c] = dot2(x, y + rows[c] * len, len, abs_dot[c]);
-}
+// The logits' dot products on the default path are Dot2 of Ogita, Rump and Oishi (2005) without its final rounding,
+// dot2_keys_simd (simd.hpp): |hi + lo - x.y| <= 2 gamma_n(2^-53)^2 |x|.|y| (plus underflow, excluded by the caller's
+// range check). abs_dot receives |x|.|y| summed in double, to nearest (not rounded up: its relative error, below
+// (n + 1) 2^-53, is covered by kBoundInflation, BOUNDS.md section 7).
 
 // Whether |x| lies in [2^-450, 2^450] or is 0: products of two such doubles neither overflow nor underflow, and
 // nor does a product with a weight in [2^-400, 1] (the fast path's range condition).
@@ -112,8 +67,9 @@ private:
     double row_ratio_ = 0;            // the current row's max self-error / bound, committed when the row is kept
     std::vector<double> col_hi_, col_lo_;  // one row's outputs, per column (scratch)
     std::vector<const double*> row_ptrs_;  // one row's value rows (scratch)
-    mutable std::vector<DoubleDouble> dots_;  // one row's q.k_j on the double-double path (scratch)
-    mutable std::vector<double> dots_abs_;
+    std::vector<double> kT_;  // the batch element's keys transposed, (Dk, Tk), for dot2_keys_simd
+    std::vector<Wide> abs_k_;  // sum_d |k_jd| per key
+    mutable std::vector<double> all_hi_, all_lo_, all_abs_;  // one query's q.k_j for every key (scratch)
 
     // Per batch element, contiguous copies in double (exact for float and double inputs).
     std::vector<double> qd_, kd_, vd_;
@@ -176,6 +132,26 @@ private:
             return std::any_of(x.begin(), x.end(), [](double e) { return flushable<T>(e) > 0; });
         };
         k_flushable_ = model_.inputs_flushed && has_flushable(kd_);
+        // sum_d |k_jd| per key, once per batch element: in double where every input is within [2^-450, 2^450] or 0
+        // (the double-double path), else in Wide.
+        abs_k_.assign(static_cast<std::size_t>(Tk), 0);
+        const bool double_sums = std::is_same_v<T, float> ||
+                                 (std::all_of(kd_.begin(), kd_.end(), in_safe_range));
+        for (Index j = 0; j < Tk; ++j) {
+            const double* kj = kd_.data() + j * Dk;
+            if (double_sums) {
+                double a = 0;
+                for (Index d = 0; d < Dk; ++d) a += std::fabs(kj[d]);
+                abs_k_[static_cast<std::size_t>(j)] = a;
+            } else {
+                Wide a = 0;
+                for (Index d = 0; d < Dk; ++d) a += std::fabs(kj[d]);
+                abs_k_[static_cast<std::size_t>(j)] = a;
+            }
+        }
+        kT_.resize(static_cast<std::size_t>(Tk * Dk));
+        for (Index j = 0; j < Tk; ++j)
+            for (Index d = 0; d < Dk; ++d) kT_[static_cast<std::size_t>(d * Tk + j)] = kd_[static_cast<std::size_t>(j * Dk + d)];
         // Whether each key's k and v rows are finite, once per batch element (every row of b reads them).
         key_finite_.assign(static_cast<std::size_t>(Tk), 1);
         for (Index j = 0; j < Tk; ++j) {
@@ -321,17 +297,17 @@ private:
             q_flushable = q_flushable || (model_.inputs_flushed && flushable<T>(qi[d]) > 0);
         }
         const Real scale_mp(p_.scale);  // the MPFR path's
-        if (fast) dot2_rows<std::is_same_v<T, float>>(qi, kd_.data(), keys.data(), n, Dk, dots_, dots_abs_);
+        if (fast) {  // every key of the batch element at once, in SIMD lanes; then the row's
+            const std::size_t Tk = static_cast<std::size_t>(p_.Tk);
+            all_hi_.resize(Tk);
+            all_lo_.resize(Tk);
+            all_abs_.resize(Tk);
+            dot2_keys_simd(qi, kT_.data(), static_cast<std::size_t>(Dk), Tk, std::is_same_v<T, float>, all_hi_.data(),
+                           all_lo_.data(), all_abs_.data());
+        }
         for (std::size_t c = 0; c < n; ++c) {
             const double* kj = kd_.data() + keys[c] * Dk;
-            Wide abs_k = 0;  // in double on the double-double path: every input within [2^-450, 2^450] or 0
-            if (fast) {
-                double a = 0;
-                for (Index d = 0; d < Dk; ++d) a += std::fabs(kj[d]);
-                abs_k = a;
-            } else {
-                for (Index d = 0; d < Dk; ++d) abs_k += std::fabs(kj[d]);
-            }
+            const Wide abs_k = abs_k_[static_cast<std::size_t>(keys[c])];
             L.abs_sum[c] = abs_q + abs_k;
             if (q_flushable || k_flushable_)
                 for (Index d = 0; d < Dk; ++d) {
@@ -339,8 +315,9 @@ private:
                     L.flushed[c] += eq * std::fabs(kj[d]) + std::fabs(qi[d]) * ek + eq * ek;
                 }
             if (fast) {
-                L.abs_dot[c] = dots_abs_[c];
-                L.s_dd[c] = dd_mul({p_.scale, 0.0}, dots_[c]);
+                const auto j = static_cast<std::size_t>(keys[c]);
+                L.abs_dot[c] = all_abs_[j];
+                L.s_dd[c] = dd_mul({p_.scale, 0.0}, {all_hi_[j], all_lo_[j]});
                 const double g = gamma(static_cast<double>(Dk), 0x1p-53);
                 L.logit_self[c] = round_up((2 * g * g + 2 * kDdOp) * abs_scale * L.abs_dot[c] + 0x1p-1070L);
             } else {
@@ -450,11 +427,11 @@ private:
         return certain;
     }
 
-    // One key's terms of every column's sums (output_row) in Wide: accumulate_key_simd's operations (simd.hpp),
+    // One key's terms of every column's sums (output_row) in Wide: accumulate_row_simd's operations (simd.hpp),
     // for values beyond double's comfortable range (section 7).
     static void accumulate_key(const double* v, const double* od, std::size_t Dv, double flush_below, Wide p, Wide pB,
-                               Wide w, Wide pB_self, Wide* sc, Wide* av_sum, Wide* av_self, Wide* av_impl, Wide* spread,
-                               Wide* dv, Wide* absterm) {
+                               Wide w, Wide pB_self, Wide* sc, Wide* av_sum, Wide* av_self, Wide* spread_self,
+                               Wide* av_impl, Wide* spread, Wide* dv, Wide* absterm) {
         for (std::size_t col = 0; col < Dv; ++col) {
             const Wide av = std::fabs(static_cast<Wide>(v[col]));
             const Wide d = std::fabs(static_cast<Wide>(v[col]) - static_cast<Wide>(od[col]));
@@ -462,6 +439,7 @@ private:
             sc[col] += p * av;
             av_sum[col] += av;
             av_self[col] += pB_self * av;
+            spread_self[col] += pB_self * d;
             av_impl[col] += ev;
             spread[col] += pB * (d + ev);
             dv[col] += w * ev;
@@ -500,36 +478,37 @@ private:
         }
         // The sums over keys, in A = double when every value is within [2^-450, 2^450] (or 0; nothing overflows
         // and what underflows is far below the bound), else in Wide (|v_j| near DBL_MAX, subnormal v_j; section 7).
-        // The implementation's (*) under the row's normalisation (RowBound::impl_choice); the oracle's own from
-        // sum_j p_j B_self_j |v_j| alone: sum_j p_j B_j |v_j - o| <= that + |o| sum_j p_j B_j, and
-        // sum_j (p_j + p_j B_j) |v_j| = scale_c + that.
+        // The implementation's (*) under the row's normalisation (RowBound::impl_choice); the oracle's own under
+        // its own (self_choice), with sum_j (p_j + p_j B_self_j) |v_j| = scale_c + sum_j p_j B_self_j |v_j|.
         const Normalisation& ni = rb.nz[rb.impl_choice];
         const Normalisation& ns = rb.nz[rb.self_choice];
         const bool flushing = model_.inputs_flushed;
         struct ColumnSums {
-            Wide scale = 0, abs_v = 0, abs_v_impl = 0, abs_self = 0;
+            Wide scale = 0, abs_v = 0, abs_v_impl = 0, abs_self = 0, spread_self = 0;
             OutputSums<Wide> impl;
         };
         std::vector<ColumnSums> cs(Dv);
         const auto accumulate = [&](auto zero) {
             using A = decltype(zero);
             // One array per sum, so that the loop over columns vectorises.
-            std::vector<A> sc(Dv, A(0)), av_sum(Dv, A(0)), av_impl(Dv, A(0)), av_self(Dv, A(0)), spread(Dv, A(0)),
-                dv(Dv, A(0)), absterm(Dv, A(0));
+            std::vector<A> sc(Dv, A(0)), av_sum(Dv, A(0)), av_impl(Dv, A(0)), av_self(Dv, A(0)), spread_self(Dv, A(0)),
+                spread(Dv, A(0)), dv(Dv, A(0)), absterm(Dv, A(0));
             const double flush_below = flushing ? static_cast<double>(std::numeric_limits<T>::min()) : 0.0;
-            for (std::size_t c = 0; c < n; ++c) {
-                if constexpr (std::is_same_v<A, double>)
-                    accumulate_key_simd(row_at(c), od.data(), Dv, flush_below, sm.p_hi[c], ni.pB[c], ni.w[c], ns.pB[c],
-                                        sc.data(), av_sum.data(), av_self.data(), av_impl.data(), spread.data(),
-                                        dv.data(), absterm.data());
-                else
+            if constexpr (std::is_same_v<A, double>) {
+                row_ptrs_.resize(n);
+                for (std::size_t c = 0; c < n; ++c) row_ptrs_[c] = row_at(c);
+                accumulate_row_simd(row_ptrs_.data(), n, od.data(), Dv, flush_below, sm.p_hi.data(), ni.pB.data(),
+                                    ni.w.data(), ns.pB.data(), sc.data(), av_sum.data(), av_self.data(),
+                                    spread_self.data(), av_impl.data(), spread.data(), dv.data(), absterm.data());
+            } else {
+                for (std::size_t c = 0; c < n; ++c)
                     accumulate_key(row_at(c), od.data(), Dv, flush_below, sm.p_hi[c], ni.pB[c], ni.w[c], ns.pB[c],
-                                   sc.data(), av_sum.data(), av_self.data(), av_impl.data(), spread.data(), dv.data(),
-                                   absterm.data());
+                                   sc.data(), av_sum.data(), av_self.data(), spread_self.data(), av_impl.data(),
+                                   spread.data(), dv.data(), absterm.data());
             }
             for (std::size_t col = 0; col < Dv; ++col)
                 cs[col] = {sc[col], av_sum[col], static_cast<Wide>(av_sum[col]) + av_impl[col], av_self[col],
-                           {spread[col], dv[col], absterm[col]}};
+                           spread_self[col], {spread[col], dv[col], absterm[col]}};
         };
         if (fast)
             accumulate(0.0);
@@ -540,7 +519,7 @@ private:
         for (std::size_t col = 0; col < Dv; ++col) {
             const ColumnSums& c = cs[col];
             const Wide o_abs = std::fabs(static_cast<Wide>(od[col]));
-            const OutputSums<Wide> self_sums{c.abs_self + o_abs * ns.sum_pB, 0, c.scale + c.abs_self};
+            const OutputSums<Wide> self_sums{c.spread_self, 0, c.scale + c.abs_self};
             const Wide rel_self = ns.output_rel(self_sums, ns.o_rounding(od[col]), o_abs);
             // The oracle's own error of o: on the double-double path also the underflow of p_j below the normal
             // range (2^-1072 |v_j| each: its exp's, quotient's and parts') and of the double-double sums (4 * 2^-1074
@@ -551,8 +530,17 @@ private:
             // Section 7: the exact o is within 2 self_error of od (doubled: the self-bound is itself evaluated at the
             // oracle's values), which each |v_j - o| and |o| gain.
             const Wide o_up = o_abs * (1 + 0x1p-52L) + 2 * self_error;
-            const Wide rel = ni.output_rel(c.impl, ni.o_rounding(od[col]) + ni.sum_pB * 2 * self_error, o_up);
-            const double bound = round_up(rb.under.output(rel, c.abs_v_impl, o_up) * kBoundInflation);
+            const Wide o_round = ni.o_rounding(od[col]) + ni.sum_pB * 2 * self_error;
+            // The implementation's (*) and underflow terms: in double on the double-double path, whose values and
+            // units (at least 2^-150) are far inside double's range, from upper values; else in Wide.
+            double bound;
+            if (fast) {
+                const double rel = ni.output_rel<double>(c.impl, round_up(o_round), round_up(o_up));
+                bound = rb.under.template output<double>(rel, round_up(c.abs_v_impl), round_up(o_up)) * kBoundInflation;
+            } else {
+                const Wide rel = ni.output_rel(c.impl, o_round, o_up);
+                bound = round_up(rb.under.output(rel, c.abs_v_impl, o_up) * kBoundInflation);
+            }
             const Index flat = (b * p_.Tq + i) * p_.Dv + static_cast<Index>(col);
             if (!fast) {
                 put_output(flat, o_mp[col], bound, round_up(c.scale), self_error);

@@ -22,6 +22,82 @@ HWY_INLINE void split(D d, V a, V& hi, V& lo) {
     lo = hn::Sub(a, hi);
 }
 
+// Double-double operations per lane, exactly dd.hpp's (TwoSum, Fast2Sum, Dekker's TwoProduct).
+template <class D, class V>
+HWY_INLINE void two_sum_v(D, V a, V b, V& s, V& e) {
+    s = hn::Add(a, b);
+    const V bb = hn::Sub(s, a);
+    e = hn::Add(hn::Sub(a, hn::Sub(s, bb)), hn::Sub(b, bb));
+}
+template <class D, class V>
+HWY_INLINE void fast_two_sum_v(D, V a, V b, V& s, V& e) {
+    s = hn::Add(a, b);
+    e = hn::Sub(b, hn::Sub(s, a));
+}
+template <class D, class V>
+HWY_INLINE void two_prod_v(D d, V a, V b, V& p, V& e) {
+    V a1, a2, b1, b2;
+    split(d, a, a1, a2);
+    split(d, b, b1, b2);
+    p = hn::Mul(a, b);
+    e = hn::Sub(hn::Mul(a2, b2), hn::Sub(hn::Sub(hn::Sub(p, hn::Mul(a1, b1)), hn::Mul(a2, b1)), hn::Mul(a1, b2)));
+}
+template <class D, class V>
+HWY_INLINE void dd_add_v(D d, V xh, V xl, V yh, V yl, V& zh, V& zl) {
+    V sh, sl, th, tl, vh, vl;
+    two_sum_v(d, xh, yh, sh, sl);
+    two_sum_v(d, xl, yl, th, tl);
+    fast_two_sum_v(d, sh, hn::Add(sl, th), vh, vl);
+    fast_two_sum_v(d, vh, hn::Add(tl, vl), zh, zl);
+}
+template <class D, class V>
+HWY_INLINE void dd_mul_v(D d, V xh, V xl, V yh, V yl, V& zh, V& zl) {
+    V ch, cl;
+    two_prod_v(d, xh, yh, ch, cl);
+    const V t = hn::Add(hn::Mul(xl, yh), hn::Mul(xh, yl));
+    fast_two_sum_v(d, ch, hn::Add(cl, t), zh, zl);
+}
+
+void ExpNonpositive(const double* x_hi, const double* x_lo, std::size_t n, double* e_hi, double* e_lo) {
+    const DdExpTables& tb = dd_exp_tables();
+    const hn::ScalableTag<double> d;
+    const hn::RebindToSigned<decltype(d)> di;
+    const std::size_t N = hn::Lanes(d);
+    using V = hn::Vec<decltype(d)>;
+    std::size_t j = 0;
+    for (; j + N <= n; j += N) {
+        const V xh = hn::LoadU(d, x_hi + j), xl = hn::LoadU(d, x_lo + j);
+        const V k = hn::Round(hn::Mul(xh, hn::Set(d, DdExpTables::kInvM)));  // to nearest even, as nearbyint
+        V rh, rl;
+        dd_add_v(d, xh, xl, hn::Neg(hn::Mul(k, hn::Set(d, DdExpTables::M1))), hn::Zero(d), rh, rl);
+        dd_add_v(d, rh, rl, hn::Neg(hn::Mul(k, hn::Set(d, DdExpTables::M2))), hn::Zero(d), rh, rl);
+        dd_add_v(d, rh, rl, hn::Neg(hn::Mul(k, hn::Set(d, DdExpTables::M3))), hn::Zero(d), rh, rl);
+        V t = hn::Set(d, tb.c_tail[10]);
+        for (int m = 9; m >= 6; --m) t = hn::Add(hn::Mul(t, rh), hn::Set(d, tb.c_tail[m]));
+        V yh = t, yl = hn::Zero(d);
+        for (int m = 5; m >= 0; --m) {
+            V ph, pl;
+            dd_mul_v(d, yh, yl, rh, rl, ph, pl);
+            dd_add_v(d, ph, pl, hn::Set(d, tb.c[m].hi), hn::Set(d, tb.c[m].lo), yh, yl);
+        }
+        const V q = hn::Floor(hn::Mul(k, hn::Set(d, 1.0 / 64)));  // exact
+        const auto idx = hn::ConvertTo(di, hn::Sub(k, hn::Mul(hn::Set(d, 64.0), q)));
+        const V th = hn::GatherIndex(d, tb.two_j_hi, idx), tl = hn::GatherIndex(d, tb.two_j_lo, idx);
+        dd_mul_v(d, th, tl, yh, yl, yh, yl);
+        // 2^q for q >= -1000 from its exponent bits (exact scaling, as ldexp); other lanes are redone below.
+        const auto qi = hn::ConvertTo(di, hn::Max(q, hn::Set(d, -1000.0)));
+        const V scale = hn::BitCast(d, hn::ShiftLeft<52>(hn::Add(qi, hn::Set(di, 1023))));
+        hn::StoreU(hn::Mul(yh, scale), d, e_hi + j);
+        hn::StoreU(hn::Mul(yl, scale), d, e_lo + j);
+    }
+    // The tail, and every lane whose scaling leaves the normal range or whose result is 0: the scalar function.
+    for (std::size_t c = 0; c < n; ++c)
+        if (c >= j || x_hi[c] < -690) {
+            const DoubleDouble e = dd_exp_nonpositive({x_hi[c], x_lo[c]});
+            e_hi[c] = e.hi, e_lo[c] = e.lo;
+        }
+}
+
 void WeightedSums(const double* p_hi, const double* p_lo, const double* const* rows, std::size_t n, std::size_t Dv,
                   double* sh, double* sl) {
     const hn::ScalableTag<double> d;
@@ -56,30 +132,80 @@ void WeightedSums(const double* p_hi, const double* p_lo, const double* const* r
     for (; col < Dv; ++col) columns(hn::CappedTag<double, 1>(), col);
 }
 
-void AccumulateKey(const double* v, const double* od, std::size_t Dv, double flush_below, double p, double pB, double w,
-                   double pB_self, double* sc, double* av_sum, double* av_self, double* av_impl, double* spread,
-                   double* dv, double* absterm) {
+void AccumulateRow(const double* const* rows, std::size_t n, const double* od, std::size_t Dv, double flush_below,
+                   const double* p, const double* pB, const double* w, const double* pB_self, double* sc,
+                   double* av_sum, double* av_self, double* spread_self, double* av_impl, double* spread, double* dv,
+                   double* absterm) {
     const hn::ScalableTag<double> d;
     const std::size_t N = hn::Lanes(d);
     std::size_t col = 0;
     const auto columns = [&](auto dt, std::size_t at) {
         using V = hn::Vec<decltype(dt)>;
-        const V x = hn::LoadU(dt, v + at);
-        const V av = hn::Abs(x);
-        const V dd = hn::Abs(hn::Sub(x, hn::LoadU(dt, od + at)));
-        const V ev = hn::IfThenElseZero(hn::Lt(av, hn::Set(dt, flush_below)), av);
-        const V vp = hn::Set(dt, p), vpB = hn::Set(dt, pB), vw = hn::Set(dt, w), vs = hn::Set(dt, pB_self);
-        const auto add = [&](double* a, V y) { hn::StoreU(hn::Add(hn::LoadU(dt, a + at), y), dt, a + at); };
-        add(sc, hn::Mul(vp, av));
-        add(av_sum, av);
-        add(av_self, hn::Mul(vs, av));
-        add(av_impl, ev);
-        add(spread, hn::Mul(vpB, hn::Add(dd, ev)));
-        add(dv, hn::Mul(vw, ev));
-        add(absterm, hn::Mul(vw, hn::Add(av, ev)));
+        const V o = hn::LoadU(dt, od + at), below = hn::Set(dt, flush_below);
+        V s_sc = hn::Zero(dt), s_av = hn::Zero(dt), s_self = hn::Zero(dt), s_self_d = hn::Zero(dt),
+          s_impl = hn::Zero(dt), s_spread = hn::Zero(dt), s_dv = hn::Zero(dt), s_abs = hn::Zero(dt);
+        for (std::size_t j = 0; j < n; ++j) {
+            const V x = hn::LoadU(dt, rows[j] + at);
+            const V av = hn::Abs(x);
+            const V dd = hn::Abs(hn::Sub(x, o));
+            const V ev = hn::IfThenElseZero(hn::Lt(av, below), av);
+            const V vw = hn::Set(dt, w[j]);
+            s_sc = hn::Add(s_sc, hn::Mul(hn::Set(dt, p[j]), av));
+            s_av = hn::Add(s_av, av);
+            const V vs = hn::Set(dt, pB_self[j]);
+            s_self = hn::Add(s_self, hn::Mul(vs, av));
+            s_self_d = hn::Add(s_self_d, hn::Mul(vs, dd));
+            s_impl = hn::Add(s_impl, ev);
+            s_spread = hn::Add(s_spread, hn::Mul(hn::Set(dt, pB[j]), hn::Add(dd, ev)));
+            s_dv = hn::Add(s_dv, hn::Mul(vw, ev));
+            s_abs = hn::Add(s_abs, hn::Mul(vw, hn::Add(av, ev)));
+        }
+        hn::StoreU(s_sc, dt, sc + at);
+        hn::StoreU(s_av, dt, av_sum + at);
+        hn::StoreU(s_self, dt, av_self + at);
+        hn::StoreU(s_self_d, dt, spread_self + at);
+        hn::StoreU(s_impl, dt, av_impl + at);
+        hn::StoreU(s_spread, dt, spread + at);
+        hn::StoreU(s_dv, dt, dv + at);
+        hn::StoreU(s_abs, dt, absterm + at);
     };
     for (; col + N <= Dv; col += N) columns(d, col);
     for (; col < Dv; ++col) columns(hn::CappedTag<double, 1>(), col);
+}
+
+void Dot2Keys(const double* q, const double* kT, std::size_t Dk, std::size_t Tk, bool exact_products, double* hi,
+              double* lo, double* abs) {
+    const hn::ScalableTag<double> d;
+    const std::size_t N = hn::Lanes(d);
+    std::size_t j = 0;
+    const auto keys = [&](auto dt, std::size_t at) {
+        using V = hn::Vec<decltype(dt)>;
+        V s = hn::Zero(dt), c = hn::Zero(dt), a = hn::Zero(dt);
+        for (std::size_t k = 0; k < Dk; ++k) {
+            const V x = hn::Set(dt, q[k]);
+            const V y = hn::LoadU(dt, kT + k * Tk + at);
+            const V p = hn::Mul(x, y);
+            V e = hn::Zero(dt);
+            if (!exact_products) {
+                V x1, x2, y1, y2;
+                split(dt, x, x1, x2);
+                split(dt, y, y1, y2);
+                e = hn::Sub(hn::Mul(x2, y2),
+                            hn::Sub(hn::Sub(hn::Sub(p, hn::Mul(x1, y1)), hn::Mul(x2, y1)), hn::Mul(x1, y2)));
+            }
+            const V t = hn::Add(s, p);
+            const V bb = hn::Sub(t, s);
+            const V r = hn::Add(hn::Sub(s, hn::Sub(t, bb)), hn::Sub(p, bb));
+            s = t;
+            c = hn::Add(c, hn::Add(r, e));
+            a = hn::Add(a, hn::Abs(p));
+        }
+        hn::StoreU(s, dt, hi + at);
+        hn::StoreU(c, dt, lo + at);
+        hn::StoreU(a, dt, abs + at);
+    };
+    for (; j + N <= Tk; j += N) keys(d, j);
+    for (; j < Tk; ++j) keys(hn::CappedTag<double, 1>(), j);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -90,18 +216,30 @@ HWY_AFTER_NAMESPACE();
 namespace attn::oracle::detail {
 
 HWY_EXPORT(WeightedSums);
-HWY_EXPORT(AccumulateKey);
+HWY_EXPORT(AccumulateRow);
+HWY_EXPORT(Dot2Keys);
+HWY_EXPORT(ExpNonpositive);
+
+void dd_exp_nonpositive_simd(const double* x_hi, const double* x_lo, std::size_t n, double* e_hi, double* e_lo) {
+    HWY_DYNAMIC_DISPATCH(ExpNonpositive)(x_hi, x_lo, n, e_hi, e_lo);
+}
+
+void dot2_keys_simd(const double* q, const double* kT, std::size_t Dk, std::size_t Tk, bool exact_products, double* hi,
+                    double* lo, double* abs) {
+    HWY_DYNAMIC_DISPATCH(Dot2Keys)(q, kT, Dk, Tk, exact_products, hi, lo, abs);
+}
 
 void weighted_sums_dd_simd(const double* p_hi, const double* p_lo, const double* const* rows, std::size_t n,
                            std::size_t Dv, double* sh, double* sl) {
     HWY_DYNAMIC_DISPATCH(WeightedSums)(p_hi, p_lo, rows, n, Dv, sh, sl);
 }
 
-void accumulate_key_simd(const double* v, const double* od, std::size_t Dv, double flush_below, double p, double pB,
-                         double w, double pB_self, double* sc, double* av_sum, double* av_self, double* av_impl,
-                         double* spread, double* dv, double* absterm) {
-    HWY_DYNAMIC_DISPATCH(AccumulateKey)(v, od, Dv, flush_below, p, pB, w, pB_self, sc, av_sum, av_self, av_impl, spread,
-                                        dv, absterm);
+void accumulate_row_simd(const double* const* rows, std::size_t n, const double* od, std::size_t Dv, double flush_below,
+                         const double* p, const double* pB, const double* w, const double* pB_self, double* sc,
+                         double* av_sum, double* av_self, double* spread_self, double* av_impl, double* spread,
+                         double* dv, double* absterm) {
+    HWY_DYNAMIC_DISPATCH(AccumulateRow)(rows, n, od, Dv, flush_below, p, pB, w, pB_self, sc, av_sum, av_self, spread_self,
+                                        av_impl, spread, dv, absterm);
 }
 
 }  // namespace attn::oracle::detail

@@ -15,6 +15,7 @@
 
 #include "attn/oracle/oracle.hpp"
 #include "dd.hpp"
+#include "simd.hpp"
 
 namespace attn::oracle::detail {
 
@@ -84,6 +85,12 @@ inline constexpr double kBoundInflation = 1 + 1e-6;
 using Wide = long double;
 static_assert(std::numeric_limits<Wide>::max_exponent >= 16384 && std::numeric_limits<Wide>::digits >= 64,
               "the bound's arithmetic needs x86-64's extended precision (section 7)");
+
+// The next double above x >= 0 (finite): an upper bound of the exact value of a rounded nonnegative result.
+inline double next_up(double x) { return std::bit_cast<double>(std::bit_cast<std::uint64_t>(x) + 1); }
+// Upper bounds of a b and a + b for a, b >= 0, in double (one ulp above the rounded result; never below the exact).
+inline double mul_up(double a, double b) { return next_up(a * b); }
+inline double add_up(double a, double b) { return next_up(a + b); }
 
 // A bound stored as double: x rounded up (to +inf beyond double's range), so the stored bound never shrinks.
 inline double round_up(Wide x) {
@@ -204,18 +211,26 @@ void exact_softmax_dd(const std::vector<DoubleDouble>& logits, std::vector<Doubl
         if (dd_less(m, logits[c])) m = logits[c];
     e.resize(n);
     out.sigma.assign(n, 0.0);
-    DoubleDouble W;
     out.pivot = 0;
+    // x_j = s_j - m <= 0 (exactly 0 for a key with the max logit), then every exp at once (SIMD, bitwise the scalar).
+    std::vector<double>& x_hi = out.p_hi;  // scratch until the weights overwrite it
+    std::vector<double>& x_lo = out.p_lo;
+    x_hi.resize(n);
+    x_lo.resize(n);
     for (std::size_t c = 0; c < n; ++c) {
-        const DoubleDouble x = dd_add(logits[c], dd_neg(m));  // <= 0; exactly 0 for a key with the max logit
+        const DoubleDouble x = dd_add(logits[c], dd_neg(m));
+        x_hi[c] = x.hi, x_lo[c] = x.lo;
         out.sigma[c] = -x.hi;
-        e[c] = dd_exp_nonpositive(x);
-        W = dd_add(W, e[c]);
         if (out.sigma[c] == 0 && out.sigma[static_cast<std::size_t>(out.pivot)] != 0) out.pivot = static_cast<Index>(c);
     }
+    std::vector<double> e_hi(n), e_lo(n);
+    dd_exp_nonpositive_simd(x_hi.data(), x_lo.data(), n, e_hi.data(), e_lo.data());
+    DoubleDouble W;
+    for (std::size_t c = 0; c < n; ++c) {
+        e[c] = {e_hi[c], e_lo[c]};
+        W = dd_add(W, e[c]);
+    }
     out.p.clear();
-    out.p_hi.resize(n);
-    out.p_lo.resize(n);
     for (std::size_t c = 0; c < n; ++c) {
         const DoubleDouble p = dd_div(e[c], W);
         out.p_hi[c] = p.hi;
@@ -350,6 +365,7 @@ struct Normalisation {
     double lse_common = 0;  // split-KV: lse's own error
     // 1 / (1 - Delta) and e^lse_common - 1, once per row (their rounding, 2^-64 relative, is within kBoundInflation)
     Wide inv_one_minus_delta = 1;
+    double delta_up = 0, inv_one_minus_delta_up = 1;  // the same rounded up to double
     double lse_factor = 0;
     bool bounded = false;  // Delta < 1/2 and gamma_O < 1/2
 
@@ -368,25 +384,31 @@ struct Normalisation {
         s.absterm += w[c] * (abs_v + e_v);
     }
     // Section 7: |v_j - o| is formed with o rounded to double, which adds sum_j p_j B_j |o| 2^-52.
-    Wide o_rounding(Wide o) const { return sum_pB * std::fabs(o) * 0x1p-52L; }
+    // R: the arithmetic, Wide unless the caller knows every term is far inside double's range (section 7).
+    template <class R = Wide>
+    R o_rounding(std::type_identity_t<R> o) const { return static_cast<R>(sum_pB) * std::fabs(o) * R(0x1p-52); }
     // The numerator of (*), plus o_rounding; o_up >= |o_c|.
-    template <class A>
-    Wide output_numerator(const OutputSums<A>& s, Wide o_round, Wide o_up) const {
-        return static_cast<Wide>(s.spread) + s.dv + o_round + gamma_O * static_cast<Wide>(s.absterm) + gamma_S * o_up * (1 + sum_pB) +
-               (1 + gamma_S) * o_up * sum_pD;
+    template <class R = Wide, class A>
+    R output_numerator(const OutputSums<A>& s, std::type_identity_t<R> o_round, std::type_identity_t<R> o_up) const {
+        const R pB = static_cast<R>(sum_pB), pD = static_cast<R>(sum_pD);
+        return static_cast<R>(s.spread) + static_cast<R>(s.dv) + o_round + gamma_O * static_cast<R>(s.absterm) +
+               gamma_S * o_up * (1 + pB) + (1 + gamma_S) * o_up * pD;
     }
     // (*): rel_c, +inf when the normalisation does not bound the row; split-KV's common lse error on top.
-    template <class A>
-    Wide output_rel(const OutputSums<A>& s, Wide o_round, Wide o_up) const {
-        if (!bounded) return std::numeric_limits<Wide>::infinity();
-        const Wide rel = output_numerator(s, o_round, o_up) * inv_one_minus_delta;
+    template <class R = Wide, class A>
+    R output_rel(const OutputSums<A>& s, std::type_identity_t<R> o_round, std::type_identity_t<R> o_up) const {
+        if (!bounded) return std::numeric_limits<R>::infinity();
+        const R rel = output_numerator<R>(s, o_round, o_up) * static_cast<R>(inv_one_minus_delta);
         return rel + lse_factor * (o_up + rel);
     }
     // Section 4, the weights' relative part: [p_j B_j + u (p_j + p_j B_j) + p_j Delta] / (1 - Delta).
-    Wide weight_rel(std::size_t c, double p, double u_div) const {
-        if (!bounded) return std::numeric_limits<Wide>::infinity();
-        const Wide rel = (pB[c] + u_div * (p + pB[c]) + p * delta) * inv_one_minus_delta;
-        return rel + lse_factor * (p + rel);
+    // In double, each step rounded up (weights and their terms lie in [0, 2]: nothing overflows, and underflow only
+    // rounds up).
+    double weight_rel(std::size_t c, double p, double u_div) const {
+        if (!bounded) return std::numeric_limits<double>::infinity();
+        const double rel =
+            mul_up(add_up(add_up(pB[c], mul_up(u_div, add_up(p, pB[c]))), mul_up(p, delta_up)), inv_one_minus_delta_up);
+        return lse_factor == 0 ? rel : add_up(rel, mul_up(lse_factor, add_up(p, rel)));
     }
     // The same divided by p_j (the caller checks Delta).
     double weight_rel_factor(std::size_t c, double u_div) const {
@@ -402,6 +424,8 @@ inline void finish(Normalisation& N, const RowRounding& P) {
     N.delta = N.sum_pB + P.gamma_S * (1 + N.sum_pB) + (1 + P.gamma_S) * N.sum_pD;
     N.bounded = N.delta < 0.5 && P.gamma_O < 0.5 && P.lse_common < 0.5;  // false for NaN too
     N.inv_one_minus_delta = N.bounded ? 1 / (1 - N.delta) : Wide(0);  // unused when not bounded
+    N.delta_up = round_up(N.delta);
+    N.inv_one_minus_delta_up = round_up(N.inv_one_minus_delta * (1 + 0x1p-62L));
     N.lse_factor = std::expm1(P.lse_common);
 }
 
@@ -454,9 +478,10 @@ inline Normalisation normalise(const RowRounding& P, const std::vector<double>& 
         // log p_j <= -sigma_lo_j - log W_lo, and log(1 + B_j) = up_rest + k_sigma sigma_j.
         const bool vanishes = std::isinf(sigma_lo[c]);  // p_j < e^-DBL_MAX: p_j (1 + B_j) = 0 in any format
         const Wide log_p = -static_cast<Wide>(sigma_lo[c]) - log_W_lo;
-        N.pB[c] = round_up(up < 1 ? static_cast<Wide>(p[c]) * N.B[c]
-                                  : vanishes ? 0 : std::exp(log_p + up_rest + P.k_sigma * sigma[c]));
-        N.w[c] = round_up(static_cast<Wide>(p[c]) + N.pB[c]);
+        N.pB[c] = up < 1      ? mul_up(p[c], N.B[c])
+                  : vanishes ? 0.0
+                             : round_up(std::exp(log_p + up_rest + P.k_sigma * sigma[c]));
+        N.w[c] = add_up(p[c], N.pB[c]);
         N.sum_pB += N.pB[c];
         if (P.split) {
             // log(1 + Phi_j) <= theta_D_j + k_D sigma_j, theta_D_j = theta_D + k_D a_j (in theta_D_rest); then
@@ -488,21 +513,27 @@ struct Underflow {
 
     // bound_c = rel_c + (Xi_c + (|o_c| + rel_c) Z) / S_min + the normalise-first form's underflow; abs_v =
     // sum_j |v_jc| (plus e_vjc for section 9), o_up >= |o_c|. +inf when S_min is too small.
-    Wide output(Wide rel, Wide abs_v, Wide o_up) const {
-        if (!ok) return std::numeric_limits<Wide>::infinity();
+    // R as in Normalisation::output_rel: double only where the units (at least 2^-150 there) and the values are
+    // far inside double's range.
+    template <class R = Wide>
+    R output(std::type_identity_t<R> rel, std::type_identity_t<R> abs_v, std::type_identity_t<R> o_up) const {
+        if (!ok) return std::numeric_limits<R>::infinity();
+        const R mul = static_cast<R>(eta.mul), add = static_cast<R>(eta.add), ex = static_cast<R>(eta.exp);
+        const R h0 = static_cast<R>(H0), z = static_cast<R>(Z), inv = static_cast<R>(inv_S_min);
         // n products e_j v_j, R rescalings and the division (or reciprocal and product) each eta_mul; n additions.
-        const Wide Xi = (H0 * abs_v + (n + R + 2) * eta.mul + n * eta.add) * (1 + gamma_O) * 2;
+        const R Xi = (h0 * abs_v + (n + this->R + 2) * mul + n * add) * (1 + gamma_O) * 2;
         // normalise-first: each weight fl(e_j / S) (eta_mul |v_jc|), n products and n additions.
-        const Wide direct_abs = (eta.mul * abs_v + n * (eta.mul + eta.add)) * (1 + gamma_O);
+        const R direct_abs = (mul * abs_v + n * (mul + add)) * (1 + gamma_O);
         // Split-KV: each part's own absolute error has |o_s| <= max_j |v_jc| where a single pass has |o_c|.
-        const Wide combine_abs =
-            split ? (n * (eta.mul + eta.add) + eta.exp * abs_v) * (1 + gamma_O) + Z * abs_v * inv_S_min : 0.0;
-        return rel + (Xi + (o_up + rel) * Z) * inv_S_min + direct_abs + combine_abs;
+        const R combine_abs = split ? (n * (mul + add) + ex * abs_v) * (1 + gamma_O) + z * abs_v * inv : R(0);
+        return rel + (Xi + (o_up + rel) * z) * inv + direct_abs + combine_abs;
     }
     // The weight p_j's: rel_j + (H0 (1 + u) + (p_j + rel_j) Z) / S_min + eta_mul.
-    Wide weight(Wide rel, double p, double u) const {
-        if (!ok) return std::numeric_limits<Wide>::infinity();
-        return rel + (H0 * (1 + u) + (p + rel) * Z) * inv_S_min + eta.mul;
+    template <class R = Wide>
+    R weight(std::type_identity_t<R> rel, double p, double u) const {
+        if (!ok) return std::numeric_limits<R>::infinity();
+        return rel + (static_cast<R>(H0) * (1 + u) + (p + rel) * static_cast<R>(Z)) * static_cast<R>(inv_S_min) +
+               static_cast<R>(eta.mul);
     }
 };
 

@@ -4,9 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <vector>
 
 #include "dd.hpp"
+#include "simd.hpp"
 #include "types.hpp"
 
 namespace dd = attn::oracle::detail;
@@ -78,5 +81,50 @@ TEST_CASE("double-double exp of x <= 0 is within kDdExp, exact at 0, and 0 far b
         const dd::DoubleDouble e = dd::dd_exp_nonpositive({x, 0.0});
         const Real exact = exp(Real(x));
         CHECK(static_cast<double>(abs(value(e) - exact)) <= dd::kDdExp * static_cast<double>(exact) + 0x1p-1073);
+    }
+}
+
+TEST_CASE("the SIMD exp and weighted sums give bitwise the scalar results", "[oracle][dd]") {
+    std::mt19937_64 rng(9);
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    const std::size_t n = 1003;  // not a multiple of any vector width: the scalar tail too
+    std::vector<double> xh(n), xl(n), eh(n), el(n);
+    for (std::size_t c = 0; c < n; ++c) {
+        const double mag = c % 7 == 0 ? unit(rng) * 1200 : std::exp2(unit(rng) * 70 - 60);  // beyond -690 and -1100 too
+        const dd::DoubleDouble x = dd::dd_add({-mag, 0.0}, {-mag * 0x1p-60 * unit(rng), 0.0});
+        xh[c] = x.hi, xl[c] = x.lo;
+    }
+    xh[5] = 0, xl[5] = 0;
+    dd::dd_exp_nonpositive_simd(xh.data(), xl.data(), n, eh.data(), el.data());
+    for (std::size_t c = 0; c < n; ++c) {
+        const dd::DoubleDouble e = dd::dd_exp_nonpositive({xh[c], xl[c]});
+        CAPTURE(c, xh[c]);
+        REQUIRE(std::memcmp(&e.hi, &eh[c], sizeof(double)) == 0);
+        REQUIRE(std::memcmp(&e.lo, &el[c], sizeof(double)) == 0);
+    }
+    // The weighted sums: per column, the Dot2 of (p_hi, p_lo) with the column, against the scalar operations.
+    const std::size_t keys = 37, Dv = 13;
+    std::vector<double> p_hi(keys), p_lo(keys), values(keys * Dv), sh(Dv), sl(Dv);
+    std::vector<const double*> rows(keys);
+    for (std::size_t c = 0; c < keys; ++c) {
+        const dd::DoubleDouble p = dd::dd_div({unit(rng), 0.0}, {7.0, 0.0});
+        p_hi[c] = p.hi, p_lo[c] = p.lo;
+        for (std::size_t col = 0; col < Dv; ++col) values[c * Dv + col] = unit(rng) * 4 - 2;
+        rows[c] = values.data() + c * Dv;
+    }
+    dd::weighted_sums_dd_simd(p_hi.data(), p_lo.data(), rows.data(), keys, Dv, sh.data(), sl.data());
+    for (std::size_t col = 0; col < Dv; ++col) {
+        double s = 0, e_sum = 0;
+        for (std::size_t c = 0; c < keys; ++c) {
+            double p, e, t, q;
+            dd::two_prod(p_hi[c], rows[c][col], p, e);
+            dd::two_sum(s, p, t, q);
+            s = t;
+            e_sum += q + (e + p_lo[c] * rows[c][col]);
+        }
+        double hi, lo;
+        dd::two_sum(s, e_sum, hi, lo);
+        CHECK(std::memcmp(&hi, &sh[col], sizeof(double)) == 0);
+        CHECK(std::memcmp(&lo, &sl[col], sizeof(double)) == 0);
     }
 }
