@@ -22,6 +22,16 @@ HWY_INLINE void split(D d, V a, V& hi, V& lo) {
     lo = hn::Sub(a, hi);
 }
 
+// body(tag, i) over [0, count): whole vectors, then one lane at a time for the tail.
+template <class Body>
+HWY_INLINE void over_lanes(std::size_t count, Body body) {
+    const hn::ScalableTag<double> d;
+    const std::size_t N = hn::Lanes(d);
+    std::size_t i = 0;
+    for (; i + N <= count; i += N) body(d, i);
+    for (; i < count; ++i) body(hn::CappedTag<double, 1>(), i);
+}
+
 // Double-double operations per lane, exactly dd.hpp's (TwoSum, Fast2Sum, Dekker's TwoProduct).
 template <class D, class V>
 HWY_INLINE void two_sum_v(D, V a, V b, V& s, V& e) {
@@ -100,46 +110,29 @@ void ExpNonpositive(const double* x_hi, const double* x_lo, std::size_t n, doubl
 
 void WeightedSums(const double* p_hi, const double* p_lo, const double* const* rows, std::size_t n, std::size_t Dv,
                   double* sh, double* sl) {
-    const hn::ScalableTag<double> d;
-    const std::size_t N = hn::Lanes(d);
-    std::size_t col = 0;
-    const auto columns = [&](auto dt, std::size_t at) {
+    over_lanes(Dv, [&](auto dt, std::size_t at) {
         using V = hn::Vec<decltype(dt)>;
         V s = hn::Zero(dt), e_sum = hn::Zero(dt);
         for (std::size_t j = 0; j < n; ++j) {
-            const V a = hn::Set(dt, p_hi[j]), pl = hn::Set(dt, p_lo[j]);
             const V v = hn::LoadU(dt, rows[j] + at);
-            V a1, a2, v1, v2;
-            split(dt, a, a1, a2);
-            split(dt, v, v1, v2);
-            const V p = hn::Mul(a, v);
-            const V e = hn::Sub(hn::Mul(a2, v2),
-                                hn::Sub(hn::Sub(hn::Sub(p, hn::Mul(a1, v1)), hn::Mul(a2, v1)), hn::Mul(a1, v2)));
-            const V t = hn::Add(s, p);
-            const V bb = hn::Sub(t, s);
-            const V q = hn::Add(hn::Sub(s, hn::Sub(t, bb)), hn::Sub(p, bb));
+            V p, e, t, q;
+            two_prod_v(dt, hn::Set(dt, p_hi[j]), v, p, e);
+            two_sum_v(dt, s, p, t, q);
             s = t;
-            e_sum = hn::Add(e_sum, hn::Add(q, hn::Add(e, hn::Mul(pl, v))));
+            e_sum = hn::Add(e_sum, hn::Add(q, hn::Add(e, hn::Mul(hn::Set(dt, p_lo[j]), v))));
         }
-        // Final TwoSum: hi = RN(s + e_sum).
-        const V t = hn::Add(s, e_sum);
-        const V bb = hn::Sub(t, s);
-        const V lo = hn::Add(hn::Sub(s, hn::Sub(t, bb)), hn::Sub(e_sum, bb));
-        hn::StoreU(t, dt, sh + at);
+        V hi, lo;
+        two_sum_v(dt, s, e_sum, hi, lo);  // hi = RN(s + e_sum)
+        hn::StoreU(hi, dt, sh + at);
         hn::StoreU(lo, dt, sl + at);
-    };
-    for (; col + N <= Dv; col += N) columns(d, col);
-    for (; col < Dv; ++col) columns(hn::CappedTag<double, 1>(), col);
+    });
 }
 
 void AccumulateRow(const double* const* rows, std::size_t n, const double* od, std::size_t Dv, double flush_below,
                    const double* p, const double* pB, const double* w, const double* pB_self, double* sc,
                    double* av_sum, double* av_self, double* spread_self, double* av_impl, double* spread, double* dv,
                    double* absterm) {
-    const hn::ScalableTag<double> d;
-    const std::size_t N = hn::Lanes(d);
-    std::size_t col = 0;
-    const auto columns = [&](auto dt, std::size_t at) {
+    over_lanes(Dv, [&](auto dt, std::size_t at) {
         using V = hn::Vec<decltype(dt)>;
         const V o = hn::LoadU(dt, od + at), below = hn::Set(dt, flush_below);
         V s_sc = hn::Zero(dt), s_av = hn::Zero(dt), s_self = hn::Zero(dt), s_self_d = hn::Zero(dt),
@@ -168,34 +161,20 @@ void AccumulateRow(const double* const* rows, std::size_t n, const double* od, s
         hn::StoreU(s_spread, dt, spread + at);
         hn::StoreU(s_dv, dt, dv + at);
         hn::StoreU(s_abs, dt, absterm + at);
-    };
-    for (; col + N <= Dv; col += N) columns(d, col);
-    for (; col < Dv; ++col) columns(hn::CappedTag<double, 1>(), col);
+    });
 }
 
 void Dot2Keys(const double* q, const double* kT, std::size_t Dk, std::size_t Tk, bool exact_products, double* hi,
               double* lo, double* abs) {
-    const hn::ScalableTag<double> d;
-    const std::size_t N = hn::Lanes(d);
-    std::size_t j = 0;
-    const auto keys = [&](auto dt, std::size_t at) {
+    over_lanes(Tk, [&](auto dt, std::size_t at) {
         using V = hn::Vec<decltype(dt)>;
         V s = hn::Zero(dt), c = hn::Zero(dt), a = hn::Zero(dt);
         for (std::size_t k = 0; k < Dk; ++k) {
             const V x = hn::Set(dt, q[k]);
             const V y = hn::LoadU(dt, kT + k * Tk + at);
-            const V p = hn::Mul(x, y);
-            V e = hn::Zero(dt);
-            if (!exact_products) {
-                V x1, x2, y1, y2;
-                split(dt, x, x1, x2);
-                split(dt, y, y1, y2);
-                e = hn::Sub(hn::Mul(x2, y2),
-                            hn::Sub(hn::Sub(hn::Sub(p, hn::Mul(x1, y1)), hn::Mul(x2, y1)), hn::Mul(x1, y2)));
-            }
-            const V t = hn::Add(s, p);
-            const V bb = hn::Sub(t, s);
-            const V r = hn::Add(hn::Sub(s, hn::Sub(t, bb)), hn::Sub(p, bb));
+            V p = hn::Mul(x, y), e = hn::Zero(dt), t, r;
+            if (!exact_products) two_prod_v(dt, x, y, p, e);
+            two_sum_v(dt, s, p, t, r);
             s = t;
             c = hn::Add(c, hn::Add(r, e));
             a = hn::Add(a, hn::Abs(p));
@@ -203,9 +182,7 @@ void Dot2Keys(const double* q, const double* kT, std::size_t Dk, std::size_t Tk,
         hn::StoreU(s, dt, hi + at);
         hn::StoreU(c, dt, lo + at);
         hn::StoreU(a, dt, abs + at);
-    };
-    for (; j + N <= Tk; j += N) keys(d, j);
-    for (; j < Tk; ++j) keys(hn::CappedTag<double, 1>(), j);
+    });
 }
 
 }  // namespace HWY_NAMESPACE
