@@ -215,23 +215,31 @@ void print_targets(Measured& m, bool quick, double tiled_32k) {
     const Row* f2 = find("tiled", "float", 2, "self", T);
     const Row* c1 = find("tiled", "float", 1, "causal", T);
     const Row* d1 = find("tiled", "double", 1, "self", T);
-    target("tiled float 1 thread, % of sgemm", f1, f1 ? 100 * f1->gflops() / gemm_gflops[{"float", 1}] : 0, 75,
-           true, "%");
+    // The gemm limit of this run (a --filter may have left it out: then no ratio to it).
+    const auto has_gemm = [&](const char* dtype) {
+        const auto it = gemm_gflops.find({dtype, 1});
+        return it != gemm_gflops.end() && it->second > 0;
+    };
+    const bool sgemm = has_gemm("float"), dgemm = has_gemm("double");
+    target("tiled float 1 thread, % of sgemm", f1 && sgemm, f1 && sgemm ? 100 * f1->gflops() / gemm_gflops[{"float", 1}] : 0,
+           75, true, "%");
     target("tiled float 2 threads / 1 thread throughput", f1 && f2, f1 && f2 ? f1->median() / f2->median() : 0, 1.8,
            true, "x");
     target("tiled float causal / self time, 1 thread", f1 && c1, f1 && c1 ? c1->median() / f1->median() : 0, 0.55,
            false, "x");
-    target("tiled double 1 thread, % of dgemm", d1, d1 ? 100 * d1->gflops() / gemm_gflops[{"double", 1}] : 0, 70,
-           true, "%");
+    target("tiled double 1 thread, % of dgemm", d1 && dgemm,
+           d1 && dgemm ? 100 * d1->gflops() / gemm_gflops[{"double", 1}] : 0, 70, true, "%");
     target("tiled memory at T=32768 beyond inputs and output", tiled_32k >= 0, tiled_32k, 64, false, " MiB");
     // The 1-thread ratios again on CPU time, for runs on a machine other processes share.
     const auto pct_cpu = [&](const Row* r, const char* dtype) {
         return 100.0 * gemm_cpu_ms[{dtype, 1}] / (r->cpu_median() / r->flop);
     };
-    target("(cpu time) tiled float 1 thread, % of sgemm", f1, f1 ? pct_cpu(f1, "float") : 0, 75, true, "%");
+    target("(cpu time) tiled float 1 thread, % of sgemm", f1 && sgemm, f1 && sgemm ? pct_cpu(f1, "float") : 0, 75, true,
+           "%");
     target("(cpu time) tiled float causal / self, 1 thread", f1 && c1,
            f1 && c1 ? c1->cpu_median() / f1->cpu_median() : 0, 0.55, false, "x");
-    target("(cpu time) tiled double 1 thread, % of dgemm", d1, d1 ? pct_cpu(d1, "double") : 0, 70, true, "%");
+    target("(cpu time) tiled double 1 thread, % of dgemm", d1 && dgemm, d1 && dgemm ? pct_cpu(d1, "double") : 0, 70,
+           true, "%");
 
 }
 
