@@ -69,6 +69,7 @@ private:
     std::vector<const double*> row_ptrs_;  // one row's value rows (scratch)
     std::vector<double> kT_;  // the batch element's keys transposed, (Dk, Tk), for dot2_keys_simd
     std::vector<Wide> abs_k_;  // sum_d |k_jd| per key
+    bool k_in_range_ = false;  // every element of kd_ is in_safe_range
     mutable std::vector<double> all_hi_, all_lo_, all_abs_;  // one query's q.k_j for every key (scratch)
 
     // Per batch element, contiguous copies in double (exact for float and double inputs).
@@ -135,8 +136,8 @@ private:
         // sum_d |k_jd| per key, once per batch element: in double where every input is within [2^-450, 2^450] or 0
         // (the double-double path), else in Wide.
         abs_k_.assign(static_cast<std::size_t>(Tk), 0);
-        const bool double_sums = std::is_same_v<T, float> ||
-                                 (std::all_of(kd_.begin(), kd_.end(), in_safe_range));
+        k_in_range_ = std::all_of(kd_.begin(), kd_.end(), in_safe_range);
+        const bool double_sums = std::is_same_v<T, float> || k_in_range_;
         for (Index j = 0; j < Tk; ++j) {
             const double* kj = kd_.data() + j * Dk;
             if (double_sums) {
@@ -167,7 +168,7 @@ private:
         bool fast = fast_;
         if (fast && std::is_same_v<T, double>) {
             fast = std::all_of(qd_.begin(), qd_.end(), in_safe_range) &&
-                   std::all_of(kd_.begin(), kd_.end(), in_safe_range) &&
+                   k_in_range_ &&
                    std::all_of(vd_.begin(), vd_.end(), in_safe_range);
         }
         std::vector<Index> keys;

@@ -25,9 +25,10 @@ void accumulate_row_simd(const double* const* rows, std::size_t n, const double*
                          double* av_sum, double* av_self, double* spread_self, double* av_impl, double* spread,
                          double* dv, double* absterm);
 
-// Dot2 of q (Dk values) with every key j < Tk of kT, stored transposed (kT[d * Tk + j]): per key the operations of the
-// engine's dot2, in the same order, with TwoProduct's error taken as 0 when exact_products (float inputs, whose
-// products are exact in double); s + c = hi[j] + lo[j] without the final rounding, and abs[j] = sum_d |q_d k_jd|.
+// Dot2 (Ogita, Rump and Oishi 2005; BOUNDS.md section 5) of q (Dk values) with every key j < Tk of kT, stored
+// transposed (kT[d * Tk + j]), one key per lane: TwoProduct (its error taken as 0 when exact_products: float inputs,
+// whose products are exact in double), TwoSum into s, the errors summed into c; hi[j] = s and lo[j] = c without the
+// final rounding, and abs[j] = sum_d |q_d k_jd| summed to nearest.
 void dot2_keys_simd(const double* q, const double* kT, std::size_t Dk, std::size_t Tk, bool exact_products, double* hi,
                     double* lo, double* abs);
 
