@@ -69,6 +69,29 @@ std::vector<Implementation> build() {
     all.push_back(library_backend("tiled", "the library's tiled backend (online softmax over key blocks, Highway exp)",
                                   Backend::Tiled, oracle::library_tiled_model()));
     all.back().returns_weights = false;
+    // The same kernel with blocks of 3 queries and 5 keys: every step between blocks (rescaling, the blocks' partial
+    // sums, a causal row ending inside a block) at the sizes the properties use, with blocks that divide neither
+    // Tq nor Tk as a rule.
+    {
+        Implementation small = library_backend("tiled_small_blocks",
+                                               "the library's tiled backend with query blocks of 3 and key blocks of 5",
+                                               Backend::Tiled, oracle::library_tiled_model(5));
+        small.returns_weights = false;
+        const auto run_float = small.run_float;
+        const auto run_double = small.run_double;
+        const auto blocks = [](SdpaOptions o) {
+            o.tiled_query_block = 3;
+            o.tiled_key_block = 5;
+            return o;
+        };
+        small.run_float = [run_float, blocks](TensorView<const float> q, TensorView<const float> k,
+                                              TensorView<const float> v, std::optional<TensorView<const bool>> m,
+                                              const SdpaOptions& o) { return run_float(q, k, v, m, blocks(o)); };
+        small.run_double = [run_double, blocks](TensorView<const double> q, TensorView<const double> k,
+                                                TensorView<const double> v, std::optional<TensorView<const bool>> m,
+                                                const SdpaOptions& o) { return run_double(q, k, v, m, blocks(o)); };
+        all.push_back(std::move(small));
+    }
     Implementation mha;
     mha.name = "mha";
     mha.description = "SDPA inputs through MultiHeadAttention's head split, SDPA core and head merge (mha_sdpa_path)";

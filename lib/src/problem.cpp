@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "attn/mha.hpp"
+#include "attn/tiled.hpp"
 
 namespace attn {
 
@@ -260,6 +261,11 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     if (allowed_mask) p.allowed_mask = detail::broadcast_mask_to_scores(function, *allowed_mask, with(p.Tq, p.Tk), shapes);
     // The default 1/sqrt(Dk) is finite in every dtype; only a given scale can fail the check.
     detail::check_scale_and_threads<T>(function, options.scale, options.num_threads, shapes);
+    if (options.tiled_query_block < 0 || options.tiled_key_block < 0)
+        throw ConfigError(function + ": tiled_query_block and tiled_key_block must be >= 0 (0 = the tiled kernel's " +
+                          std::to_string(tiled_query_block) + " and " + std::to_string(tiled_key_block) + "), got " +
+                          std::to_string(options.tiled_query_block) + " and " +
+                          std::to_string(options.tiled_key_block) + shapes);
     p.scale = options.scale ? *options.scale : (p.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(p.Dk)) : 1.0);
     p.is_causal = options.is_causal;
     p.alignment = options.alignment;

@@ -336,8 +336,9 @@ void sdpa_tiled_impl(const SdpaProblem<T>& p, const std::vector<Readability>& re
     Layout base{};
     base.mr = mt.mr;
     base.nr = mt.nr;
-    base.Bq = tiled_query_block;
-    base.Bk = tiled_key_block;
+    // make_sdpa_problem has checked both are >= 0.
+    base.Bq = options.tiled_query_block > 0 ? options.tiled_query_block : tiled_query_block;
+    base.Bk = options.tiled_key_block > 0 ? options.tiled_key_block : tiled_key_block;
     base.Bk_pad = round_up(base.Bk, base.mr);
     base.q_panels = (base.Bq + base.nr - 1) / base.nr;
     base.ps_q = round_up(std::max<Index>(p.Dk, 1) * base.nr, 16);

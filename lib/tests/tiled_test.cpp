@@ -433,3 +433,30 @@ TEST_CASE("Backend::Auto runs tiled from 128 x 128 scores on and reference below
         CHECK_THROWS_AS(run(Backend::Tiled, true), ConfigError);
     }
 }
+
+TEST_CASE("tiled's block sizes are options: negative ones are refused by name, any positive ones run", "[tiled][errors]") {
+    const Tensor<float> q({4, 3}), k({7, 3}), v({7, 2});
+    SdpaOptions o;
+    o.backend = Backend::Tiled;
+    o.tiled_key_block = -1;
+    CHECK_THROWS_WITH(scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, o),
+                      Catch::StartsWith("sdpa: tiled_query_block and tiled_key_block must be >= 0") &&
+                          Catch::Contains("got 0 and -1"));
+    // Blocks of one query and one key, and blocks that divide neither Tq nor Tk. Every logit is 0, so each p is
+    // Exp(0) = 1, every rescaling multiplies by Exp(0) = 1, and the sums of small integers are exact: whatever the
+    // blocking, the output is the one rounding fl(sum_j v_jc / 7).
+    Tensor<float> vv({7, 2});
+    for (Index e = 0; e < vv.numel(); ++e) vv[e] = static_cast<float>(e % 5);
+    for (const auto& [bq, bk] : {std::pair<Index, Index>{1, 1}, {3, 5}, {2, 3}}) {
+        o.tiled_query_block = bq;
+        o.tiled_key_block = bk;
+        const Tensor<float> out = scaled_dot_product_attention(q.view(), k.view(), vv.view(), std::nullopt, o).output;
+        for (Index i = 0; i < 4; ++i)
+            for (Index c = 0; c < 2; ++c) {
+                float sum = 0;
+                for (Index j = 0; j < 7; ++j) sum += vv[j * 2 + c];
+                CAPTURE(bq, bk, i, c);
+                CHECK(out[i * 2 + c] == sum / 7.0f);
+            }
+    }
+}

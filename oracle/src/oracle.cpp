@@ -57,8 +57,8 @@ ErrorModel tiled_model(Index key_block) {
     return m;
 }
 
-ErrorModel library_tiled_model() {
-    ErrorModel m = tiled_model(tiled_kernel_info.key_block);
+ErrorModel library_tiled_model(Index key_block) {
+    ErrorModel m = tiled_model(key_block);
     m.exp_ulps = tiled_kernel_info.exp_max_ulps;
     m.scale_folded_into_q = tiled_kernel_info.scale_folded_into_q;
     m.block_partial_sums = tiled_kernel_info.block_partial_sums;

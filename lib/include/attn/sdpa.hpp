@@ -34,6 +34,10 @@ struct SdpaOptions {
     bool return_weights = false;
     Backend backend = Backend::Auto;
     int num_threads = 0;          // 0: OpenMP's default; the result is bitwise the same for any count
+    // Backend tiled only: query rows per task and keys per online-softmax step (0: attn::tiled_kernel_info's). Small
+    // blocks make every step between blocks happen at sizes a test can afford; oracle::library_tiled_model(key_block)
+    // is the matching error model.
+    Index tiled_query_block = 0, tiled_key_block = 0;
 };
 
 template <class T>

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "attn/sdpa.hpp"
+#include "attn/tiled.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::oracle {
@@ -59,7 +60,8 @@ ErrorModel generic_model();
 // The library's backends, as documented in lib/ (reference: BLIS dot products, scale after, glibc exp; tiled:
 // exactly attn::tiled_kernel_info, i.e. its key block, Highway's 1-ulp Exp, the scale as the micro-kernel's alpha).
 ErrorModel reference_model();
-ErrorModel library_tiled_model();
+// key_block: the kernel's, or SdpaOptions::tiled_key_block when a call sets it.
+ErrorModel library_tiled_model(Index key_block = tiled_key_block);
 // Any online-softmax kernel with the given key block, e.g. one of yours for `attn check --model tiled`: exp within
 // 1 ulp, and the scale possibly folded into q together with log2(e) (two more roundings than library_tiled_model).
 ErrorModel tiled_model(Index key_block);
