@@ -79,9 +79,10 @@ void run(FuzzedDataProvider& in) {
                              (ks[1] == 1 || ks[1] == qs[1]) && (!mask || spec.shape.size() <= 4);
     for (const suite::Implementation* impl : candidates) {
         if (impl->name == "mha" && !head_layout) continue;
-        // tiled never forms weights (asking it for them is a ConfigError, covered by the unit tests): compare outputs.
+        // tiled never forms weights (asking it for them is a ConfigError, covered by the unit tests), nor does any
+        // implementation registered without them: compare outputs.
         SdpaOptions impl_options = options;
-        if (impl->name == "tiled") impl_options.return_weights = false;
+        if (!impl->returns_weights) impl_options.return_weights = false;
         const Outcome<SdpaResult<T>> got =
             attempt<SdpaResult<T>>([&] { return impl->run<T>(q.view, k.view, v.view, allowed_mask, impl_options); });
         const std::string who = impl->name + " vs reference: ";
