@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attn/oracle/metrics.hpp"
+#include "attn/oracle/oracle.hpp"
 
 namespace attn::report {
 
@@ -28,9 +29,15 @@ struct SweepStats {
     Index skipped = 0;   // the backend refused the case with a documented attn::Error (e.g. logit overflow)
     Index violations = 0;           // cases with any element over its bound (output or weights)
     Index unbounded_elements = 0;   // elements whose bound is infinite
-    // Cases with an infinite bound outside the all-wide class (q, k up to 1e15, logits up to 1e30, where two
-    // logits closer than their own error bound make any weight between the one-hot answers legitimate).
-    Index unbounded_outside_wide = 0;
+    // Cases with an infinite bound on a row whose logits are too accurate for it. A row is unbounded only when
+    // Delta >= 1/2 in both normalisations (oracle/BOUNDS.md section 3), which needs some key's exponent error
+    // Theta_j >= ln(1.5) / 2 ~ 0.2 (the pivot normalisation doubles it). Theta_j is the model's dot-product and
+    // scale allowance, a_j ~ gamma_{Dk+1} |scale| sum_d |q_d k_jd|, plus a few u per unit of logit; the sweep
+    // estimates it independently of the oracle as gamma_{Dk+2} |scale| max_j sum_d |q_d k_jd| + u max_j |s_j| and
+    // counts a row here when that estimate is below 0.05 (a quarter of 0.2, for the model's other terms). Such rows
+    // arise where two logits lie closer than their own rounding error (all-wide values; Dk = 1024 with logits near
+    // 5e3 in float), and there any split of the weight between those keys is a legitimate answer.
+    Index unexplained_unbounded = 0;
     double worst_tightness = 0;     // max over cases of the case's max error/bound (output)
     double median_tightness = 0;    // median over cases of the case's max error/bound (output)
     double worst_weights_tightness = 0, median_weights_tightness = 0;
@@ -41,9 +48,16 @@ struct SweepStats {
     std::string worst_case;         // config string of the case with the worst output tightness
     std::string worst_summary;      // its Comparison::summary()
     std::string first_violation;    // config + summary of the first violating case, if any
-    std::string first_unbounded;    // config + summary of the first case with an infinite bound, if any
+    std::string first_unbounded;    // case number, config and summary of the first unexplained unbounded case (else
+                                    // the first unbounded one), if any
     std::string summary() const;
 };
+
+// Whether some row of `exact` has an infinite bound although its logits are accurate enough that the model
+// should bound it (SweepStats::unexplained_unbounded). q (B, Tq, Dk) and k (B, Tk, Dk) contiguous, as the sweep's.
+template <class T>
+bool has_unexplained_unbounded_row(TensorView<const T> q, TensorView<const T> k, const SdpaOptions& options,
+                                   const oracle::Result<T>& exact);
 
 // One sweep for dtype T (float or double); deterministic for a given seed.
 template <class T>
