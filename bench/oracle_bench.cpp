@@ -24,12 +24,13 @@ Tensor<T> random_tensor(attn::Shape shape, std::uint64_t seed) {
 
 // One case: q (1, T, D), k (1, T, D), v (1, T, D). bits 0 = the default path; backend picks the Real type.
 template <class T>
-void oracle_case(benchmark::State& state, oracle::detail::Backend backend, int bits) {
+void oracle_case(benchmark::State& state, oracle::detail::Backend backend, int bits, bool statistical = false) {
     const Index T_ = state.range(0), D = state.range(0);
     const Tensor<T> q = random_tensor<T>({1, T_, D}, 1), k = random_tensor<T>({1, T_, D}, 2),
                     v = random_tensor<T>({1, T_, D}, 3);
     oracle::OracleOptions options;
     options.bits = bits;
+    options.statistical = statistical;
     for (auto _ : state) {
         auto r = oracle::solve_with_backend<T>(q, k, v, std::nullopt, {}, options, backend);
         benchmark::DoNotOptimize(r.output.data());
@@ -40,6 +41,8 @@ void oracle_case(benchmark::State& state, oracle::detail::Backend backend, int b
 using B = oracle::detail::Backend;
 void BM_Oracle_Float_Mpfr114_Fast(benchmark::State& s) { oracle_case<float>(s, B::Mpfr, 0); }
 void BM_Oracle_Double_Mpfr114_Fast(benchmark::State& s) { oracle_case<double>(s, B::Mpfr, 0); }
+// The same with the statistical bound (OracleOptions::statistical) as well.
+void BM_Oracle_Float_Mpfr114_Fast_Statistical(benchmark::State& s) { oracle_case<float>(s, B::Mpfr, 0, true); }
 void BM_Oracle_Float_CppBinFloat113_Fast(benchmark::State& s) { oracle_case<float>(s, B::CppBinFloat, 0); }
 void BM_Oracle_Double_CppBinFloat113_Fast(benchmark::State& s) { oracle_case<double>(s, B::CppBinFloat, 0); }
 // The plain multiprecision path (every operation in Real), 114 and 113 bits.
@@ -50,6 +53,7 @@ void BM_Oracle_Double_CppBinFloat113_Plain(benchmark::State& s) { oracle_case<do
 
 BENCHMARK(BM_Oracle_Float_Mpfr114_Fast)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Oracle_Double_Mpfr114_Fast)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Oracle_Float_Mpfr114_Fast_Statistical)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Oracle_Float_CppBinFloat113_Fast)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Oracle_Double_CppBinFloat113_Fast)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Oracle_Double_Mpfr114_Plain)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);

@@ -35,6 +35,7 @@ struct ProblemArgs {
     std::optional<double> stale_max;  // overrides the model's (lazy rescaling)
     std::string underflow;            // "", "gradual" or "ftz": overrides the model's
     bool block_partial_sums = false;  // tiled: each key block's sums are formed apart and then added
+    bool sequential_sums = false;     // the sums over keys add one term at a time, in key order
 };
 
 struct OracleArgs : ProblemArgs {
@@ -84,6 +85,9 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
     cmd->add_flag("--block-partial-sums", args.block_partial_sums,
                   "Tiled model: the kernel forms each key block's sum of exps and of exps times values apart from "
                   "its running sums and adds it once (not accumulating into them, as an MMA with C = acc does)");
+    cmd->add_flag("--sequential-sums", args.sequential_sums,
+                  "The kernel's sum of exps and weighted sums add one key's term at a time, in key order (a plain "
+                  "loop): the statistical verdict's row statistic then uses the exact partial sums");
 }
 
 SdpaOptions sdpa_options(const ProblemArgs& args) {
@@ -119,7 +123,7 @@ Inputs read_inputs(const char* command, const ProblemArgs& args) {
 }
 
 template <class T>
-oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in) {
+oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in, bool statistical = false) {
     const Tensor<T> q = npy::to_tensor<T>(in.q, args.q_path);  // (..., Tq, Dk)
     const Tensor<T> k = npy::to_tensor<T>(in.k, args.k_path);  // (..., Tk, Dk)
     const Tensor<T> v = npy::to_tensor<T>(in.v, args.v_path);  // (..., Tk, Dv)
@@ -127,6 +131,7 @@ oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in) {
     if (in.allowed_mask) allowed_view = in.allowed_mask->view();  // broadcastable to (..., Tq, Tk)
     oracle::OracleOptions oo;
     oo.bits = args.bits;
+    oo.statistical = statistical;
     oo.model = oracle::model_by_name(args.model, args.key_block);
     if (args.stale_max) oo.model.stale_max = *args.stale_max;
     if (args.block_partial_sums) {
@@ -135,6 +140,7 @@ oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in) {
                               "got --model " + args.model);
         oo.model.block_partial_sums = true;
     }
+    oo.model.sequential_sums = oo.model.sequential_sums || args.sequential_sums;
     if (!args.underflow.empty()) {  // gradual: IEEE arithmetic throughout; ftz: results and inputs may be flushed
         oo.model.gradual_underflow = args.underflow == "gradual";
         oo.model.inputs_flushed = !oo.model.gradual_underflow;
@@ -167,11 +173,14 @@ int oracle_command(const OracleArgs& args) {
 
 // ---- attn check -----------------------------------------------------------------------------------------------
 
+// A number for JSON, which has no inf or nan.
+nlohmann::json json_number(double x) {
+    if (std::isfinite(x)) return x;
+    return std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf");
+}
+
 nlohmann::json to_json(const oracle::Comparison& c) {
-    const auto num = [](double x) -> nlohmann::json {
-        if (std::isfinite(x)) return x;
-        return std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf");
-    };
+    const auto num = json_number;
     return {{"pass", c.pass()},
             {"elements", c.elements},
             {"over_bound", c.violations},
@@ -206,7 +215,7 @@ void print_comparison(const char* what, const oracle::Comparison& c) {
 
 template <class T>
 int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candidate_file) {
-    const oracle::Result<T> r = run_oracle<T>(args, in);
+    const oracle::Result<T> r = run_oracle<T>(args, in, true);
     const Tensor<T> candidate = npy::to_tensor<T>(candidate_file, args.candidate_path);
     if (candidate.shape() != r.output.shape())
         throw ShapeError("check: the candidate " + describe("output", args.candidate_path, candidate_file) +
@@ -227,6 +236,21 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
     print_comparison("output", verdict.output);
     if (verdict.weights) print_comparison("weights", *verdict.weights);
     const bool pass = verdict.pass();
+    const bool suspicious = verdict.suspicious();
+    const oracle::RowStatistic& rows = *verdict.statistical_rows;
+    std::printf("statistical verdict (independent rounding errors, false alarm <= %.0e per element): %s\n",
+                oracle::statistical_false_alarm, suspicious ? "SUSPICIOUS" : "not suspicious");
+    std::printf("  output over the statistical bound   %lld of %lld (max error/bound %.3g)\n",
+                static_cast<long long>(verdict.statistical_output->violations),
+                static_cast<long long>(verdict.statistical_output->elements), verdict.statistical_output->max_tightness);
+    if (verdict.statistical_weights)
+        std::printf("  weights over the statistical bound  %lld of %lld (max error/bound %.3g)\n",
+                    static_cast<long long>(verdict.statistical_weights->violations),
+                    static_cast<long long>(verdict.statistical_weights->elements),
+                    verdict.statistical_weights->max_tightness);
+    std::printf("  row statistic                       %.4g over %lld rows, threshold %.4g%s\n", rows.sum_squares,
+                static_cast<long long>(rows.rows), rows.threshold,
+                r.structured_rows ? (" (" + std::to_string(r.structured_rows) + " structured rows left out)").c_str() : "");
     if (!args.json_path.empty()) {
         nlohmann::json report = {{"candidate", args.candidate_path},
                                  {"dtype", std::is_same_v<T, float> ? "float32" : "float64"},
@@ -236,6 +260,16 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                                  {"pass", pass},
                                  {"output", to_json(verdict.output)}};
         if (verdict.weights) report["weights"] = to_json(*verdict.weights);
+        report["statistical"] = nlohmann::json{{"suspicious", suspicious},
+                                 {"false_alarm_per_element", oracle::statistical_false_alarm},
+                                 {"output", to_json(*verdict.statistical_output)},
+                                 {"row_statistic",
+                                  {{"rows", rows.rows},
+                                   {"sum_squares", json_number(rows.sum_squares)},
+                                   {"threshold", json_number(rows.threshold)},
+                                   {"suspicious", rows.suspicious()}}},
+                                 {"structured_rows", r.structured_rows}};
+        if (verdict.statistical_weights) report["statistical"]["weights"] = to_json(*verdict.statistical_weights);
         // Every choice the bound was computed for (oracle/BOUNDS.md section 6), so a verdict can be reproduced.
         const oracle::ErrorModel& m = r.model;
         report["error_model"] = {{"name", m.name},
@@ -243,6 +277,7 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                                  {"rescalings", m.rescalings},
                                  {"key_block", m.key_block},
                                  {"block_partial_sums", m.block_partial_sums},
+                                 {"sequential_sums", m.sequential_sums},
                                  {"scale_roundings", m.scale_roundings},
                                  {"shift_roundings", m.shift_roundings},
                                  {"rounded_max_shift", m.rounded_max_shift},
@@ -257,7 +292,8 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
         file << report.dump(2) << "\n";
         if (!file) throw IoError("check: cannot write " + args.json_path);
     }
-    return pass ? 0 : 1;
+    // 3: within every rigorous bound, but suspicious to the statistical verdict (BOUNDS.md section 10).
+    return !pass ? 1 : suspicious ? 3 : 0;
 }
 
 int check_command(const CheckArgs& args) {
@@ -298,10 +334,11 @@ int sweep_command(const SweepArgs& args) {
         std::cout << st.summary() << "\n  worst: " << st.worst_summary << "\n";
         if (!st.first_violation.empty()) std::cout << "  first violation: " << st.first_violation << "\n";
         if (!st.first_unbounded.empty()) std::cout << "  first unbounded: " << st.first_unbounded << "\n";
+        if (!st.first_suspicious.empty()) std::cout << "  first suspicious: " << st.first_suspicious << "\n";
         if (args.compare_mpfr)
             std::cout << "  against the all-MPFR path: " << st.mpfr_mismatches << " cases differ in a rounded bit"
                       << (st.first_mpfr_mismatch.empty() ? "" : ", the first " + st.first_mpfr_mismatch) << "\n";
-        ok = ok && st.violations == 0 && st.unexplained_unbounded == 0 && st.mpfr_mismatches == 0;
+        ok = ok && st.violations == 0 && st.unexplained_unbounded == 0 && st.mpfr_mismatches == 0 && st.suspicious == 0;
     };
     if (args.dtype != "double") run(float{});
     if (args.dtype != "float") run(double{});
@@ -323,7 +360,8 @@ Action add_oracle_commands(CLI::App& app) {
 
     auto cargs = std::make_shared<CheckArgs>();
     auto* ccmd = app.add_subcommand("check", "Check anyone's attention output against the oracle's bound; exit 0 when "
-                                             "no element is over its bound, 1 when any is, 2 on bad input");
+                                             "no element is over its bound, 1 when any is, 2 on bad input, 3 when "
+                                             "none is but the statistical verdict finds it suspicious");
     add_problem_options(ccmd, *cargs);
     ccmd->add_option("--candidate", cargs->candidate_path, "The output to check (..., Tq, Dv), q's dtype")->required();
     ccmd->add_option("--candidate-weights", cargs->candidate_weights_path, "Also check weights (..., Tq, Tk)");

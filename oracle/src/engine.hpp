@@ -41,6 +41,7 @@ public:
         R_ = effective_rescalings(model, p.Tk);
         eta_fast_ = underflow_units<T>(model);
         eta_plain_ = underflow_units<T>(model, true);
+        stat_ = out.statistical;  // OracleOptions::statistical
     }
 
     void run() {
@@ -58,6 +59,8 @@ private:
     Result<T>& out_;
     double u_mp_ = 0;
     Index R_ = 0;
+    bool stat_ = false;  // also the statistical bound (section 10)
+    std::vector<char> key_structured_;  // per key of the batch element: its k row has many near-equal entries
     // The model's underflow (flush-to-zero or gradual), BOUNDS.md sections 0 and 4: on the double-double path and
     // on the all-MPFR path, which stores its values beyond double-double (a double target's gradual units need it).
     UnderflowUnits eta_fast_, eta_plain_;
@@ -97,11 +100,18 @@ private:
     void put_output_bound(Index flat, double bound, double scale, Wide self_error) {
         out_.output_bound.data()[flat] = bound;
         out_.output_scale.data()[flat] = scale;
+        if (stat_) out_.output_stat_bound.data()[flat] = bound;  // until put_stat_bound says otherwise
         note_self_error(self_error, bound);
     }
     void put_weight_bound(Index flat, double bound, Wide self_error) {
         out_.weights_bound.data()[flat] = bound;
+        if (stat_) out_.weights_stat_bound.data()[flat] = bound;
         note_self_error(self_error, bound);
+    }
+    // Section 10: the statistical bound, never above the rigorous one (which always holds); the oracle's own error
+    // is far below both (section 7 widens the statistical bound's arguments as the rigorous one's).
+    static void put_stat_bound(Tensor<double>& stat, Index flat, double bound) {
+        stat.data()[flat] = std::min(stat.data()[flat], bound);
     }
     // self_error in Wide: rounded to double, an error far below 2^-1074 would become 2^-1074.
     void note_self_error(Wide self_error, double bound) {
@@ -153,6 +163,11 @@ private:
         kT_.resize(static_cast<std::size_t>(Tk * Dk));
         for (Index j = 0; j < Tk; ++j)
             for (Index d = 0; d < Dk; ++d) kT_[static_cast<std::size_t>(d * Tk + j)] = kd_[static_cast<std::size_t>(j * Dk + d)];
+        if (stat_) {
+            key_structured_.assign(static_cast<std::size_t>(Tk), 0);
+            for (Index j = 0; j < Tk; ++j)
+                key_structured_[static_cast<std::size_t>(j)] = many_near_equal(kd_.data() + j * Dk, Dk);
+        }
         // Whether each key's k and v rows are finite, once per batch element (every row of b reads them).
         key_finite_.assign(static_cast<std::size_t>(Tk), 1);
         for (Index j = 0; j < Tk; ++j) {
@@ -214,7 +229,46 @@ private:
         // the one with the smaller Delta (both are rigorous; the weights take the smaller bound per key).
         int impl_choice = 0, self_choice = 2;
         bool fast = false;         // the double-double path (else all-MPFR)
+        // Section 10: the statistical bound's normalisations (direct, pivot) and choice; stat false on a structured
+        // row (or without OracleOptions::statistical), whose statistical bound stays the rigorous one.
+        bool stat = false;
+        RowRounding stat_impl;
+        Normalisation nz_stat[2];
+        int stat_choice = 0;
+        double m_S = 0, m_O = 0;  // the row statistic's roundings in the sum and in each weighted sum (section 10)
     };
+
+    // Section 10: whether more than sqrt(m) of the m values x share one magnitude to within a relative 2 m u (T's
+    // u): their products or terms would enter a sum as near-equal terms, whose roundings are correlated.
+    static bool many_near_equal(const double* x, Index m) {
+        if (m < 4) return false;
+        std::vector<double> a(x, x + m);
+        for (double& e : a) e = std::fabs(e);
+        return many_within(a, [&](double lo, double hi) { return hi - lo <= 2 * static_cast<double>(m) * u_ * hi; },
+                           std::sqrt(static_cast<double>(m)));
+    }
+    // Whether more than `limit` of the values lie in one window [lo, hi] for which close(lo, hi) holds (sorts a).
+    template <class Close>
+    static bool many_within(std::vector<double>& a, Close close, double limit) {
+        std::sort(a.begin(), a.end());
+        std::size_t lo = 0;
+        for (std::size_t hi = 0; hi < a.size(); ++hi) {
+            while (!close(a[lo], a[hi])) ++lo;
+            if (static_cast<double>(hi - lo + 1) > limit) return true;
+        }
+        return false;
+    }
+    // Section 10: a row is structured when its query, or one of its keys, has many near-equal entries (the dot
+    // products' terms), or more than sqrt(n) of its n logits lie within 2 n u of one another (the sums' terms).
+    bool row_is_structured(Index i, const std::vector<Index>& keys, const ExactSoftmax<Real>& sm) const {
+        if (many_near_equal(qd_.data() + i * p_.Dk, p_.Dk)) return true;
+        for (Index j : keys)
+            if (key_structured_[static_cast<std::size_t>(j)]) return true;
+        const double n = static_cast<double>(keys.size());
+        if (n < 4) return false;
+        std::vector<double> sigma(sm.sigma.begin(), sm.sigma.end());
+        return many_within(sigma, [&](double lo, double hi) { return hi - lo <= 2 * n * u_; }, std::sqrt(n));
+    }
 
     // One query row i of batch element b over its allowed keys (n of them, n >= 1). On the double-double path a
     // row whose logits leave [-2^1000, 2^1000], or one of whose results lies too close to a rounding boundary of T
@@ -234,13 +288,15 @@ private:
         } else {
             exact_softmax(L.s, sm);                                   // sections 0 and 5
         }
-        const RowBound rb = row_bound(L, sm, fast);                   // sections 2-4
+        const bool structured = stat_ && row_is_structured(i, keys, sm);  // section 10
+        const RowBound rb = row_bound(L, sm, fast, stat_ && !structured);  // sections 2-4 (and 10)
         bool certain = row_weights(b, i, keys, sm, rb);              // section 4, weights
         certain = output_row(b, i, keys, sm, rb, fast) && certain;  // sections 3-4, 7
         // The double-double path's own error is at most 2^-89 relative per step, MPFR's 2^-113: where that is not
         // far enough below the bound (huge logits, whose error kDdOp |s| enters the exponents), MPFR decides.
         if (fast && (!certain || row_ratio_ > kDdSelfRatioLimit)) return redo_in_mpfr(b, i, keys);
         out_.oracle_error_ratio = std::max(out_.oracle_error_ratio, row_ratio_);
+        if (structured) ++out_.structured_rows;
     }
     static constexpr double kDdSelfRatioLimit = max_oracle_error_ratio / 100;
     void redo_in_mpfr(Index b, Index i, const std::vector<Index>& keys) {
@@ -340,7 +396,7 @@ private:
     // underflow terms; and the same form for the oracle itself (u_mp, correctly rounded exp, no rescaling; section 5).
     // The oracle's self-bound is evaluated at its own values; the implementation's at upper values of the exact
     // p_j and sigma_j and lower ones of sigma_j and log W, widened by twice that self-bound (section 7).
-    RowBound row_bound(const RowLogits& L, const ExactSoftmax<Real>& sm, bool fast) const {
+    RowBound row_bound(const RowLogits& L, const ExactSoftmax<Real>& sm, bool fast, bool stat) const {
         const std::size_t n = L.logit_self.size();
         const double R = static_cast<double>(R_);
         const double nd = static_cast<double>(n);
@@ -394,6 +450,38 @@ private:
         };
         rb.impl_choice = better(1, 0);
         rb.self_choice = better(3, 2);
+        if (stat) {
+            // Section 10: the same with the probabilistic gammas of the logits' dot products and the sums over keys,
+            // at the lambda whose union over the element's n (Dk + 2) chains gives statistical_false_alarm.
+            rb.stat = true;
+            const double lambda = statistical_lambda(nd, static_cast<double>(p_.Dk), u_);
+            const LogitRounding ls = logit_rounding(p_.Dk, p_.scale, u_, eta, lambda);
+            double A_s = 0;
+            std::vector<double> a_s(n);
+            for (std::size_t c = 0; c < n; ++c) {
+                a_s[c] = logit_bound(ls, L.flushed[c], L.abs_dot[c], L.abs_sum[c]);
+                A_s = std::max(A_s, a_s[c]);
+            }
+            rb.stat_impl = implementation_rounding(model_, nd, R, u_, max_abs_logit, A_s, lambda);
+            for (std::size_t c = 0; c < n; ++c) theta_rest[c] = exponent_perturbation_rest(a_s[c], A_s, rb.stat_impl);
+            theta_D_rest.clear();
+            if (rb.stat_impl.split)
+                for (std::size_t c = 0; c < n; ++c) theta_D_rest.push_back(rb.stat_impl.k_D * a_s[c]);
+            rb.nz_stat[0] =
+                normalise(rb.stat_impl, theta_rest, rb.p_up, sigma_up, sigma_lo, log_W_lo, sm.pivot, false, theta_D_rest);
+            rb.nz_stat[1] =
+                normalise(rb.stat_impl, theta_rest, rb.p_up, sigma_up, sigma_lo, log_W_lo, sm.pivot, true, theta_D_rest);
+            const Normalisation* z = rb.nz_stat;
+            rb.stat_choice = z[1].bounded && (!z[0].bounded || z[1].delta < z[0].delta) ? 1 : 0;
+            // Every rounding of the sums, in any order and blocking: n - 1 additions (2n - 2 with split-KV's
+            // combine), R rescalings; the weighted sum also its n products (counted as one: their increments are at
+            // most u |term_j|, whose squares sum to at most the sum of |terms| squared), as many divisions of the
+            // weights when normalising first (one more), the division or reciprocal and product, and split-KV's n
+            // combine products and n - 1 additions.
+            const double recip = model_.reciprocal_normalisation ? 1 : 0;
+            rb.m_S = (model_.split_kv ? 2 * nd - 2 : nd - 1) + R;
+            rb.m_O = (model_.split_kv ? 2 * nd + 1 : nd + 1) + 1 + recip + R;  // + a division per weight
+        }
         return rb;
     }
 
@@ -424,8 +512,49 @@ private:
             } else {
                 put_weight(flat, sm.p[c], bound, self_error);
             }
+            if (rb.stat) {
+                const Normalisation* z = rb.nz_stat;
+                const Wide rel_stat = std::min(z[0].weight_rel(c, p, rb.stat_impl.u_div), z[1].weight_rel(c, p, rb.stat_impl.u_div));
+                put_stat_bound(out_.weights_stat_bound, flat, round_up(rb.under.weight(rel_stat, p, u_) * kBoundInflation));
+            }
         }
         return certain;
+    }
+
+    // Section 10, ErrorModel::sequential_sums: the row statistic's variance proxy (per u^2) from the exact partial
+    // sums in key order. The k-th addition's increment is at most u |t_k|, t_k the computed partial sum, which is
+    // within |P_k| + sum_{i<=k} p_i B_i |v_i| + gamma (sum_{i<=k} (p_i + p_i B_i) |v_i|) of 0 (P_k = sum_{i<=k} p_i v_i,
+    // summed here in double with its own error, k 2^-52 of the same sum of |terms|, added); each product and
+    // each division of a weight at most u |term_j|; the final division (and reciprocal) and every rescaling at most
+    // u full_O. The sum of the exps likewise with v = 1, times |o| <= o_up. full_O, full_S: the sums of |terms|,
+    // gamma included (t_O and t_S / o_up of the order-free proxy).
+    Wide sequential_variance(const std::vector<Index>& keys, std::size_t col, const RowBound& rb,
+                             const Normalisation& ni, Wide full_O, Wide full_S, Wide o_up) const {
+        const std::size_t n = keys.size();
+        const Wide g = static_cast<Wide>(std::max(ni.gamma_O, ni.gamma_S));
+        Wide var_O = 0, var_S = 0, P_O = 0, abs_O = 0, pB_O = 0, P_S = 0, pB_S = 0;
+        for (std::size_t c = 0; c < n; ++c) {
+            const Wide v = static_cast<Wide>(vd_[static_cast<std::size_t>(keys[c] * p_.Dv) + col]);
+            const Wide p = rb.p_up[c], pB = ni.pB[c];
+            P_O += p * v;
+            abs_O += p * std::fabs(v);
+            pB_O += pB * std::fabs(v);
+            P_S += p;
+            pB_S += pB;
+            const Wide term = (p + pB) * std::fabs(v);
+            var_O += 2 * term * term;  // its product and, normalising first, its division
+            var_S += (p + pB) * (p + pB);  // normalising first: the division of each weight
+            if (c == 0) continue;  // 0 + the first term is exact
+            const Wide k = static_cast<Wide>(c + 1);
+            const Wide t_O = std::fabs(P_O) + pB_O + (g + k * 0x1p-52L) * (abs_O + pB_O);
+            const Wide t_S = P_S + pB_S + (g + k * 0x1p-52L) * (P_S + pB_S);
+            var_O += t_O * t_O;
+            var_S += t_S * t_S;
+        }
+        const Wide whole = 2 + static_cast<Wide>(R_);  // the division and a reciprocal, and the rescalings
+        var_O += whole * full_O * full_O;
+        var_S += static_cast<Wide>(R_) * full_S * full_S;
+        return var_O + o_up * o_up * var_S;
     }
 
     // One key's terms of every column's sums (output_row) in Wide: accumulate_row_simd's operations (simd.hpp),
@@ -486,9 +615,10 @@ private:
         const bool flushing = model_.inputs_flushed;
         struct ColumnSums {
             Wide scale = 0, abs_v = 0, abs_v_impl = 0, abs_self = 0, spread_self = 0;
-            OutputSums<Wide> impl;
+            OutputSums<Wide> impl, stat;  // stat: under the statistical normalisation (section 10)
         };
         std::vector<ColumnSums> cs(Dv);
+        const Normalisation& nt = rb.nz_stat[rb.stat_choice];
         const auto accumulate = [&](auto zero) {
             using A = decltype(zero);
             // One array per sum, so that the loop over columns vectorises.
@@ -509,7 +639,25 @@ private:
             }
             for (std::size_t col = 0; col < Dv; ++col)
                 cs[col] = {sc[col], av_sum[col], static_cast<Wide>(av_sum[col]) + av_impl[col], av_self[col],
-                           spread_self[col], {spread[col], dv[col], absterm[col]}};
+                           spread_self[col], {spread[col], dv[col], absterm[col]}, {}};
+            if (!rb.stat) return;
+            // The statistical normalisation's spread and absterm: the same pass with its p_j B_j and p_j + p_j B_j
+            // (the other sums it recomputes are the same and unused).
+            std::fill(spread.begin(), spread.end(), A(0));
+            std::fill(dv.begin(), dv.end(), A(0));
+            std::fill(absterm.begin(), absterm.end(), A(0));
+            std::vector<A> unused(Dv * 6, A(0));
+            A* x = unused.data();
+            if constexpr (std::is_same_v<A, double>) {
+                accumulate_row_simd(row_ptrs_.data(), n, od.data(), Dv, flush_below, sm.p_hi.data(), nt.pB.data(),
+                                    nt.w.data(), ns.pB.data(), x, x + Dv, x + 2 * Dv, x + 3 * Dv, x + 4 * Dv,
+                                    spread.data(), dv.data(), absterm.data());
+            } else {
+                for (std::size_t c = 0; c < n; ++c)
+                    accumulate_key(row_at(c), od.data(), Dv, flush_below, sm.p_hi[c], nt.pB[c], nt.w[c], ns.pB[c], x,
+                                   x + Dv, x + 2 * Dv, x + 3 * Dv, x + 4 * Dv, spread.data(), dv.data(), absterm.data());
+            }
+            for (std::size_t col = 0; col < Dv; ++col) cs[col].stat = {spread[col], dv[col], absterm[col]};
         };
         if (fast)
             accumulate(0.0);
@@ -543,11 +691,43 @@ private:
                 bound = round_up(rb.under.output(rel, c.abs_v_impl, o_up) * kBoundInflation);
             }
             const Index flat = (b * p_.Tq + i) * p_.Dv + static_cast<Index>(col);
+            double stat_bound = bound;  // section 10, the same as the rigorous in the statistical normalisation
+            if (rb.stat) {
+                const Wide t_round = nt.o_rounding(od[col]) + nt.sum_pB * 2 * self_error;
+                if (fast) {
+                    const double rel = nt.output_rel<double>(c.stat, round_up(t_round), round_up(o_up));
+                    stat_bound = rb.under.template output<double>(rel, round_up(c.abs_v_impl), round_up(o_up)) * kBoundInflation;
+                } else {
+                    const Wide rel = nt.output_rel(c.stat, t_round, o_up);
+                    stat_bound = round_up(rb.under.output(rel, c.abs_v_impl, o_up) * kBoundInflation);
+                }
+            }
+            const Index row = b * p_.Tq + i;
+            if (rb.stat && static_cast<Index>(col) == row % p_.Dv && ni.bounded && rb.under.ok) {
+                // Section 10, the row statistic: the error is the deterministic part of (*) (everything but the
+                // two sums' roundings, which keep their gammas only in Delta) plus M / S-hat, M the sums'
+                // rounding errors, a martingale whose increments are at most u (1 + gamma) times the sum of |terms|
+                // of its sum: m_O roundings in the weighted sum, m_S in the sum, each per unit of (1 - Delta).
+                const Wide d_num = c.impl.spread + c.impl.dv + o_round + (1 + ni.gamma_S) * o_up * ni.sum_pD;
+                const Wide d_rel = d_num * ni.inv_one_minus_delta + ni.lse_factor * (o_up + bound);
+                const double det = round_up(rb.under.output(d_rel, c.abs_v_impl, o_up) * kBoundInflation);
+                const Wide t_O = (1 + static_cast<Wide>(ni.gamma_O)) * c.impl.absterm;
+                const Wide t_S = (1 + static_cast<Wide>(ni.gamma_S)) * o_up * (1 + ni.sum_pB);
+                const Wide var = model_.sequential_sums ? sequential_variance(keys, col, rb, ni, t_O, t_S / o_up, o_up)
+                                                        : rb.m_O * t_O * t_O + rb.m_S * t_S * t_S;
+                const double sigma = round_up(u_ * std::sqrt(var) * ni.inv_one_minus_delta * kBoundInflation);
+                if (std::isfinite(det) && std::isfinite(sigma) && sigma > 0) {
+                    out_.row_stat_det.data()[row] = det;
+                    out_.row_stat_sigma.data()[row] = sigma;
+                }
+            }
             if (!fast) {
                 put_output(flat, o_mp[col], bound, round_up(c.scale), self_error);
+                if (rb.stat) put_stat_bound(out_.output_stat_bound, flat, stat_bound);
                 continue;
             }
             put_output(flat, od[col], olo[col], bound, round_up(c.scale), self_error);
+            if (rb.stat) put_stat_bound(out_.output_stat_bound, flat, stat_bound);
             certain = certain && rounding_is_certain(od[col], olo[col], 2 * self_error + 0x1p-96L * o_abs);
         }
         return certain;

@@ -123,10 +123,59 @@ Comparison compare_weights(TensorView<const T> candidate, const Result<T>& oracl
 }
 
 template <class T>
+Comparison compare_output_statistical(TensorView<const T> candidate, const Result<T>& oracle) {
+    if (!oracle.statistical)
+        throw ConfigError("oracle.compare_output_statistical: the oracle ran without OracleOptions::statistical");
+    return compare<T>(candidate, oracle.output_exact.shape(), oracle.output_exact.data(), oracle.output_exact_lo.data(),
+                      oracle.output_stat_bound.data(), oracle.output_scale.data(), "output");
+}
+
+template <class T>
+Comparison compare_weights_statistical(TensorView<const T> candidate, const Result<T>& oracle) {
+    if (!oracle.statistical)
+        throw ConfigError("oracle.compare_weights_statistical: the oracle ran without OracleOptions::statistical");
+    return compare<T>(candidate, oracle.weights_exact.shape(), oracle.weights_exact.data(),
+                      oracle.weights_exact_lo.data(), oracle.weights_stat_bound.data(), nullptr, "weights");
+}
+
+template <class T>
+RowStatistic row_statistic(TensorView<const T> candidate, const Result<T>& oracle) {
+    if (!oracle.statistical)
+        throw ConfigError("oracle.row_statistic: the oracle ran without OracleOptions::statistical");
+    const Shape& shape = oracle.output_exact.shape();
+    if (candidate.shape() != shape)
+        throw ShapeError("oracle.row_statistic: candidate " + to_string(candidate.shape()) +
+                         " but the oracle's output is " + to_string(shape));
+    RowStatistic st;
+    const Index Dv = shape.back();
+    const Index rows = oracle.row_stat_sigma.numel();
+    for (Index r = 0; r < rows && Dv > 0; ++r) {
+        const double sigma = oracle.row_stat_sigma.data()[r];
+        if (!(sigma > 0)) continue;
+        const Index flat = r * Dv + r % Dv;
+        const T x = candidate.at(unflatten(flat, shape));
+        const long double d = (static_cast<long double>(x) - oracle.output_exact.data()[flat]) - oracle.output_exact_lo.data()[flat];
+        const double excess = std::max(0.0, static_cast<double>(std::fabs(d)) - oracle.row_stat_det.data()[r]);
+        const double z = std::isfinite(static_cast<double>(x)) ? excess / sigma : std::numeric_limits<double>::infinity();
+        st.sum_squares += z * z;
+        ++st.rows;
+    }
+    const double t = std::log(1 / statistical_false_alarm);
+    const double n = static_cast<double>(st.rows);
+    st.threshold = n + 2 * std::sqrt(n * t) + 2 * t;
+    return st;
+}
+
+template <class T>
 CheckVerdict check_candidate(TensorView<const T> candidate_output, const Result<T>& oracle,
                              std::optional<TensorView<const T>> candidate_weights) {
-    CheckVerdict verdict{compare_output<T>(candidate_output, oracle), std::nullopt};
+    CheckVerdict verdict{compare_output<T>(candidate_output, oracle), std::nullopt, std::nullopt, std::nullopt, std::nullopt};
     if (candidate_weights) verdict.weights = compare_weights<T>(*candidate_weights, oracle);
+    if (oracle.statistical) {
+        verdict.statistical_output = compare_output_statistical<T>(candidate_output, oracle);
+        verdict.statistical_rows = row_statistic<T>(candidate_output, oracle);
+        if (candidate_weights) verdict.statistical_weights = compare_weights_statistical<T>(*candidate_weights, oracle);
+    }
     return verdict;
 }
 
@@ -136,6 +185,12 @@ template Comparison compare_output<float>(TensorView<const float>, const Result<
 template Comparison compare_output<double>(TensorView<const double>, const Result<double>&);
 template Comparison compare_weights<float>(TensorView<const float>, const Result<float>&);
 template Comparison compare_weights<double>(TensorView<const double>, const Result<double>&);
+template Comparison compare_output_statistical<float>(TensorView<const float>, const Result<float>&);
+template Comparison compare_output_statistical<double>(TensorView<const double>, const Result<double>&);
+template Comparison compare_weights_statistical<float>(TensorView<const float>, const Result<float>&);
+template Comparison compare_weights_statistical<double>(TensorView<const double>, const Result<double>&);
+template RowStatistic row_statistic<float>(TensorView<const float>, const Result<float>&);
+template RowStatistic row_statistic<double>(TensorView<const double>, const Result<double>&);
 template CheckVerdict check_candidate<float>(TensorView<const float>, const Result<float>&,
                                              std::optional<TensorView<const float>>);
 template CheckVerdict check_candidate<double>(TensorView<const double>, const Result<double>&,

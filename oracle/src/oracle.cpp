@@ -136,6 +136,15 @@ Result<T> solve_with_backend(TensorView<const T> q, TensorView<const T> k, Tenso
     r.output_exact_lo = Tensor<long double>(p.output_shape());
     r.weights_exact_lo = Tensor<long double>(p.weights_shape());
     r.model = oracle_options.model;
+    r.statistical = oracle_options.statistical;
+    if (r.statistical) {
+        r.output_stat_bound = Tensor<double>(p.output_shape());
+        r.weights_stat_bound = Tensor<double>(p.weights_shape());
+        Shape rows = p.output_shape();
+        rows.pop_back();
+        r.row_stat_det = Tensor<double>(rows);
+        r.row_stat_sigma = Tensor<double>(rows);
+    }
     const int bits = oracle_options.bits;
     const bool fast = bits == 0;
     if (backend == detail::Backend::CppBinFloat) {

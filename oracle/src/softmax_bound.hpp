@@ -40,6 +40,26 @@ inline double gamma(double n, double u) {
     return nu < 1 ? nu / (1 - nu) : std::numeric_limits<double>::infinity();
 }
 
+// Section 10: the probabilistic gamma of Higham and Mary (2019), tilde-gamma_n(lambda) = exp(lambda sqrt(n) u +
+// n u^2 / (1 - u)) - 1, which bounds a product of n factors (1 + delta_t), mean-independent and |delta_t| <= u, with
+// probability at least 1 - 2 exp(-lambda^2 (1 - u)^2 / 2). Never above the rigorous gamma_n (which always holds);
+// lambda = 0 selects the rigorous one.
+inline double gamma_stat(double n, double u, double lambda) {
+    const double rigorous = gamma(n, u);
+    if (lambda <= 0 || n <= 0) return rigorous;
+    // expm1 within an ulp, the argument's roundings a few ulps of it: the factor 1 + 2^-50 covers both.
+    return std::min(rigorous, std::expm1((lambda * std::sqrt(n) * u + n * u * u / (1 - u)) * (1 + 0x1p-50)) * (1 + 0x1p-50));
+}
+
+// The lambda of section 10 for a row of n keys and dot products of length Dk: each element's bound uses the
+// tilde-gamma of at most n (Dk + 2) products of rounding factors (each logit's Dk terms, each key's terms of the sum
+// and of the weighted sum), so a failure probability of 2 exp(-lambda^2 (1 - u)^2 / 2) each, summed over them, is
+// statistical_false_alarm.
+inline double statistical_lambda(double n, double Dk, double u) {
+    const double chains = n * (Dk + 2);
+    return std::sqrt(2 * std::log(2 * chains / statistical_false_alarm)) / (1 - u) * (1 + 0x1p-50);
+}
+
 // ---- section 5: error-free transformations in double, and storing an exact value ---------------------------------
 
 // hi and lo of a Real: hi = the value rounded to double, lo = the rest rounded to double.
@@ -141,10 +161,11 @@ struct LogitRounding {
     Wide eta_mul = 0;        // a product's: fl(scale * q_d) times |k_jd| (or |q_d|)
 };
 
-inline LogitRounding logit_rounding(Index Dk, double scale, double u, const UnderflowUnits& eta) {
+// lambda > 0: the statistical bound's gamma_logit (section 10).
+inline LogitRounding logit_rounding(Index Dk, double scale, double u, const UnderflowUnits& eta, double lambda = 0) {
     LogitRounding L;
     L.abs_scale = std::fabs(scale);
-    L.gamma_logit = gamma(static_cast<double>(Dk + 1), u);
+    L.gamma_logit = gamma_stat(static_cast<double>(Dk + 1), u, lambda);
     L.gamma_under = gamma(Dk + 2.0, u);
     L.ops = (Dk + 1.0) * (eta.mul + eta.add);
     L.eta_mul = eta.mul;
@@ -266,9 +287,10 @@ struct RowRounding {
 };
 
 // Sections 3-4 for an implementation in T with R rescalings and the model's exp over n keys. max_abs_logit >=
-// max_j |s_j| and A >= max_j a_j enter only the rounded-max shift.
+// max_j |s_j| and A >= max_j a_j enter only the rounded-max shift. lambda > 0: the statistical bound's gamma_S and
+// gamma_O (section 10); the short chains (shifts, scale, division) keep their rigorous gamma, which is smaller.
 inline RowRounding implementation_rounding(const ErrorModel& model, double n, double R, double u, double max_abs_logit,
-                                           double A) {
+                                           double A, double lambda = 0) {
     RowRounding P;
     const double gamma_r = gamma(static_cast<double>(model.scale_roundings), u);
     const double gamma_k = gamma(static_cast<double>(model.shift_roundings), u);
@@ -286,8 +308,8 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
     double additions = n - 1;
     if (model.block_partial_sums && model.key_block > 0 && model.rescalings < 0)
         additions = std::min(additions, static_cast<double>(model.key_block) + std::max(R, 1.0) - 2);
-    P.gamma_S = gamma(additions + R, u);
-    P.gamma_O = gamma(additions + 2 + recip + R, u);
+    P.gamma_S = gamma_stat(additions + R, u, lambda);
+    P.gamma_O = gamma_stat(additions + 2 + recip + R, u, lambda);
     P.u_div = gamma(1 + recip, u);
     if (model.split_kv) {
         // At most n splits. Within one: everything above. The combine (section 3, split-KV): lse_s = fl(m_s +
@@ -299,8 +321,8 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
         P.offset += lambda_s;
         P.log_up = (2 + R) * std::log1p(eps_exp);                 // one more exp: the split's combine weight
         P.log_down = (2 + R) * std::log1p(-eps_exp);
-        P.gamma_O = gamma(2 * n + 1 + recip + R, u);              // + the product c_s o_s and n - 1 additions
-        P.gamma_S = gamma(2 * n - 2 + R, u);                      // + the n - 1 additions of E
+        P.gamma_O = gamma_stat(2 * n + 1 + recip + R, u, lambda);  // + the product c_s o_s and n - 1 additions
+        P.gamma_S = gamma_stat(2 * n - 2 + R, u, lambda);          // + the n - 1 additions of E
         P.split = true;
         P.k_D = 2 * gamma_k;  // fl(lse_s - lse) and fl(lse_s - M): gamma_k |lse_s - lse| each
         P.theta_D = 2 * gamma_k * (A + L + 1 + lambda_s) + std::log1p(eps_exp) - std::log1p(-eps_exp);

@@ -17,17 +17,19 @@ namespace attn::report {
 using namespace attn::oracle;
 
 std::string SweepStats::summary() const {
-    char buf[768];
+    char buf[1024];
     std::snprintf(buf, sizeof buf,
                   "%s: %lld cases (%lld skipped), %lld over the bound, output tightness worst %.3g median %.3g, "
                   "weights tightness worst %.3g median %.3g, unbounded elements %lld (%lld cases unexplained), "
                   "oracle self-error <= %.2g of "
-                  "the bound, %lld rows redone in MPFR; worst case %s",
+                  "the bound, %lld rows redone in MPFR; statistical verdict: %lld cases suspicious, worst error/bound %.3g, worst row "
+                  "statistic %.3g of its threshold, %lld structured rows; worst case %s",
                   dtype.c_str(), static_cast<long long>(cases), static_cast<long long>(skipped),
                   static_cast<long long>(violations), worst_tightness, median_tightness, worst_weights_tightness,
                   median_weights_tightness, static_cast<long long>(unbounded_elements),
                   static_cast<long long>(unexplained_unbounded), max_oracle_error_ratio,
-                  static_cast<long long>(rows_redone_in_mpfr), worst_case.c_str());
+                  static_cast<long long>(rows_redone_in_mpfr), static_cast<long long>(suspicious), worst_stat_tightness,
+                  worst_row_statistic, static_cast<long long>(structured_rows), worst_case.c_str());
     return buf;
 }
 
@@ -227,12 +229,14 @@ SweepStats oracle_sweep(const SweepOptions& so) {
         }
         OracleOptions oo;
         oo.model = impl.error_model;
+        oo.statistical = so.statistical;
         const Result<T> exact = scaled_dot_product_attention<T>(qv, kv, vv, am, c.options, oo);
         st.rows_redone_in_mpfr += exact.rows_redone_in_mpfr;
         if (so.compare_mpfr) {
             OracleOptions all_mpfr = oo;
             all_mpfr.bits = 114;
             const Result<T> slow = scaled_dot_product_attention<T>(qv, kv, vv, am, c.options, all_mpfr);
+            all_mpfr.statistical = false;  // only its rounded results are compared
             const auto same = [](const Tensor<T>& a, const Tensor<T>& b) {
                 return a.numel() == b.numel() &&
                        std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.numel()) * sizeof(T)) == 0;
@@ -258,6 +262,21 @@ SweepStats oracle_sweep(const SweepOptions& so) {
             if (unexplained) ++st.unexplained_unbounded;
         }
         st.max_oracle_error_ratio = std::max(st.max_oracle_error_ratio, exact.oracle_error_ratio);
+        if (so.statistical) {
+            const Comparison so_out = compare_output_statistical<T>(computed.output.view(), exact);
+            const Comparison so_w = has_weights ? compare_weights_statistical<T>(computed.weights->view(), exact) : Comparison{};
+            const RowStatistic rs = row_statistic<T>(computed.output.view(), exact);
+            st.structured_rows += exact.structured_rows;
+            st.worst_stat_tightness = std::max({st.worst_stat_tightness, so_out.max_tightness, so_w.max_tightness});
+            if (rs.threshold > 0) st.worst_row_statistic = std::max(st.worst_row_statistic, rs.sum_squares / rs.threshold);
+            if (!so_out.pass() || !so_w.pass() || rs.suspicious()) {
+                if (st.suspicious == 0)
+                    st.first_suspicious = cfg + ": output " + so_out.summary() +
+                                          (has_weights ? "; weights " + so_w.summary() : "") + "; row statistic " +
+                                          std::to_string(rs.sum_squares) + " of threshold " + std::to_string(rs.threshold);
+                ++st.suspicious;
+            }
+        }
         if (!out.pass() || !w.pass()) {
             if (st.violations == 0)
                 st.first_violation = cfg + ": output " + out.summary() + (has_weights ? "; weights " + w.summary() : "");

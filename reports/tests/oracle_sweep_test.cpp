@@ -27,6 +27,8 @@ TEMPLATE_TEST_CASE("no implementation violates its bound over a short sweep, and
         CHECK(st.max_oracle_error_ratio <= oracle::max_oracle_error_ratio);
         INFO(st.first_unbounded);
         CHECK(st.unexplained_unbounded == 0);
+        INFO(st.first_suspicious);
+        CHECK(st.suspicious == 0);  // the statistical verdict never fires on a correct implementation
         CHECK(suite::parse_config(st.worst_case).to_config() == st.worst_case);  // its name round-trips
     }
 }

@@ -136,3 +136,52 @@ TEST_CASE("attn check reports bad input with exit code 2", "[cli][oracle][errors
         CHECK(run.stderr_text.find("--bits: 100 not in {0,114,261,516}") != std::string::npos);
     }
 }
+
+TEST_CASE("attn check exits with 3 when the output is within its rigorous bound but over its statistical one",
+          "[cli][oracle]") {
+    // Long rows (Tk = 1024), where the statistical bound (sqrt(n) where the rigorous one has n) is well below the
+    // rigorous one; one element moved just past the statistical bound.
+    const Scratch scratch;
+    std::mt19937_64 rng(12);
+    std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+    const auto random = [&](Shape shape, double offset) {
+        Tensor<float> t(std::move(shape));
+        for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<float>(offset + uniform(rng));
+        return t;
+    };
+    const Tensor<float> q = random({1, 2, 4}, 0), k = random({1, 1024, 4}, 0), v = random({1, 1024, 2}, 2);
+    npy::write_file<float>(scratch / "q.npy", q.view());
+    npy::write_file<float>(scratch / "k.npy", k.view());
+    npy::write_file<float>(scratch / "v.npy", v.view());
+    oracle::OracleOptions oo;
+    oo.model = oracle::reference_model();
+    oo.statistical = true;
+    const oracle::Result<float> r = oracle::scaled_dot_product_attention<float>(q.view(), k.view(), v.view(), std::nullopt, {}, oo);
+    const Index flat = 3;  // row 1, column 1
+    REQUIRE(r.output_stat_bound[flat] < r.output_bound[flat] / 4);
+    const long double limit = r.output_exact[flat] + r.output_exact_lo[flat] + r.output_stat_bound[flat];
+    Tensor<float> moved = r.output;
+    float x = static_cast<float>(limit);
+    while (static_cast<long double>(x) <= limit) x = std::nextafter(x, std::numeric_limits<float>::infinity());
+    moved[flat] = x;
+    npy::write_file<float>(scratch / "moved.npy", moved.view());
+    const Run run = run_attn(scratch, "check" + inputs(scratch) + " --model reference --candidate '" +
+                                          (scratch / "moved.npy") + "' --json '" + (scratch / "stat.json") + "'");
+    INFO(run.out << run.stderr_text);
+    CHECK(run.exit_code == 3);
+    CHECK(run.out.find("statistical verdict") != std::string::npos);
+    CHECK(run.out.find("SUSPICIOUS") != std::string::npos);
+    const auto report = nlohmann::json::parse(slurp(scratch / "stat.json"));
+    CHECK(report["pass"] == true);
+    CHECK(report["statistical"]["suspicious"] == true);
+    CHECK(report["statistical"]["output"]["over_bound"] == 1);
+    CHECK(report["statistical"]["false_alarm_per_element"] == oracle::statistical_false_alarm);
+
+    // The oracle's own output is not suspicious.
+    npy::write_file<float>(scratch / "exact.npy", r.output.view());
+    const Run exact = run_attn(scratch, "check" + inputs(scratch) + " --model reference --candidate '" +
+                                            (scratch / "exact.npy") + "'");
+    INFO(exact.out);
+    CHECK(exact.exit_code == 0);
+    CHECK(exact.out.find("not suspicious") != std::string::npos);
+}

@@ -36,12 +36,33 @@ struct Comparison {
     std::string summary() const;  // one line, for messages and logs
 };
 
+// The row statistic of the statistical verdict (oracle/BOUNDS.md section 10): Q = sum over the rows that take part
+// of (max(0, |error| - det) / sigma)^2 for each row's designated element (Result::row_stat_det, row_stat_sigma).
+// Under the model it is dominated by a chi-square with `rows` degrees of freedom, so Q > threshold = rows +
+// 2 sqrt(rows t) + 2 t, t = ln(1 / statistical_false_alarm), happens with probability at most statistical_false_alarm
+// per case. Its power: errors 4x what rounding explains reach Q / rows near 16/9 on long sequential sums, which the
+// threshold per row, 1.32 at 1024 rows, lets through only below ~700 rows.
+struct RowStatistic {
+    Index rows = 0;          // rows that take part
+    double sum_squares = 0;  // Q
+    double threshold = 0;
+    bool suspicious() const { return sum_squares > threshold; }
+};
+
 // Compares a candidate output (same shape as the oracle's) against the oracle's exact output and bound.
 template <class T>
 Comparison compare_output(TensorView<const T> candidate, const Result<T>& oracle);
 // Weights: relative error is against |p| itself (a weight is its own scale).
 template <class T>
 Comparison compare_weights(TensorView<const T> candidate, const Result<T>& oracle);
+// The same against the statistical bound (Result::output_stat_bound, weights_stat_bound; oracle/BOUNDS.md section
+// 10): an element over it is *suspicious*, not wrong. ConfigError when the oracle ran without it.
+template <class T>
+Comparison compare_output_statistical(TensorView<const T> candidate, const Result<T>& oracle);
+template <class T>
+Comparison compare_weights_statistical(TensorView<const T> candidate, const Result<T>& oracle);
+template <class T>
+RowStatistic row_statistic(TensorView<const T> candidate, const Result<T>& oracle);
 
 // The verdict of `attn check`, for the CLI and for a user's own tests alike: the output's comparison, the weights'
 // when they were given. It passes when neither has an element over its bound; an element whose bound is infinite
@@ -50,10 +71,21 @@ struct CheckVerdict {
     Comparison output;
     std::optional<Comparison> weights;
     bool pass() const { return output.pass() && (!weights || weights->pass()); }
+    // The statistical verdict beside it, when the oracle computed its statistical bound: the same comparisons
+    // against that bound. Suspicious when an element is over it: a kernel whose rounding errors are mean-independent
+    // does that with probability at most statistical_false_alarm per element. The rigorous verdict is unchanged.
+    std::optional<Comparison> statistical_output, statistical_weights;
+    std::optional<RowStatistic> statistical_rows;
+    bool suspicious() const {
+        return (statistical_output && !statistical_output->pass()) ||
+               (statistical_weights && !statistical_weights->pass()) ||
+               (statistical_rows && statistical_rows->suspicious());
+    }
 };
 
 // Checks a candidate output (batch..., Tq, Dv) and optionally its weights (batch..., Tq, Tk) against the oracle's
-// result for the same inputs; ShapeError when a shape is not the oracle's.
+// result for the same inputs, and against its statistical bound when it has one; ShapeError when a shape is not the
+// oracle's.
 template <class T>
 CheckVerdict check_candidate(TensorView<const T> candidate_output, const Result<T>& oracle,
                              std::optional<TensorView<const T>> candidate_weights = std::nullopt);

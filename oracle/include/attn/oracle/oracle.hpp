@@ -24,6 +24,10 @@ struct ErrorModel {
     // itself, as a tensor-core MMA with the accumulator as C does). A term then meets at most key_block - 1 + (blocks
     // - 1) additions instead of Tk - 1.
     bool block_partial_sums = false;
+    // The sum of the exps and each weighted sum add the keys' terms one at a time, in key order (a plain loop; no
+    // blocking, pairing or reordering). Only the statistical verdict's row statistic uses it (oracle/BOUNDS.md
+    // section 10): its variance proxy then takes the exact partial sums instead of their worst case over orders.
+    bool sequential_sums = false;
     // Roundings between SdpaProblem::scale (a double) and the factor the kernel uses; generic's 5: 1/sqrt(Dk) computed
     // in T (sqrt, divide) against the double scale (its own rounding), times a rounded log2(e) for exp2.
     Index scale_roundings = 5;
@@ -77,7 +81,14 @@ struct OracleOptions {
     // (114, 261 or 516 bits).
     int bits = 0;
     ErrorModel model = generic_model();
+    // Also compute the statistical bound (oracle/BOUNDS.md section 10; the SDPA path only): Result::output_stat_bound
+    // and weights_stat_bound, and the row statistic. Costs about half again (T = D = 64: 341 against 495 cases/s).
+    bool statistical = false;
 };
+
+// The statistical bound's false-alarm rate: the probability that a kernel whose rounding errors are mean-independent
+// and at most u puts a given element over its statistical bound (oracle/BOUNDS.md section 10).
+inline constexpr double statistical_false_alarm = 1e-9;
 
 // The oracle's answer for a target dtype T (float or double).
 template <class T>
@@ -101,6 +112,19 @@ struct Result {
     // enclosure to decide the rounding (Ziv's strategy), or logits beyond 2^1000 (oracle/BOUNDS.md section 5).
     Index rows_redone_in_mpfr = 0;
     ErrorModel model;           // the model the bounds were computed for
+    // With OracleOptions::statistical (else empty): per element, a bound that a kernel of the model whose rounding
+    // errors are mean-independent exceeds with probability at most statistical_false_alarm (Higham and Mary 2019;
+    // oracle/BOUNDS.md section 10). Never above the rigorous bound; equal to it on structured rows, where rounding
+    // errors are correlated (repeated or near-equal terms in a sum) and independence cannot be assumed.
+    bool statistical = false;
+    Tensor<double> output_stat_bound;
+    Tensor<double> weights_stat_bound;
+    Index structured_rows = 0;  // rows given the rigorous bound as their statistical one (section 10)
+    // The row statistic (section 10), one output element per row, column (flat row index) mod Dv, shape (batch...,
+    // Tq): its error is at most row_stat_det + X with X of variance proxy row_stat_sigma^2 (sub-Gaussian, from the
+    // sums' roundings). row_stat_sigma = 0: the row takes no part (structured, unbounded, empty, or Dv = 0).
+    Tensor<double> row_stat_det;
+    Tensor<double> row_stat_sigma;
 };
 
 // The oracle's own error must stay below this fraction of every bound it reports.

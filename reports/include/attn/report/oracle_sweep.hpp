@@ -21,6 +21,9 @@ struct SweepOptions {
     // Also run every case on the all-MPFR path (OracleOptions::bits = 114) and compare its rounded output and weights
     // with the default path's, bit for bit (oracle/BOUNDS.md section 5).
     bool compare_mpfr = false;
+    // Also give every case the statistical verdict (oracle/BOUNDS.md section 10); a correct implementation must never
+    // be suspicious.
+    bool statistical = true;
 };
 
 struct SweepStats {
@@ -48,6 +51,11 @@ struct SweepStats {
     std::string worst_case;         // config string of the case with the worst output tightness
     std::string worst_summary;      // its Comparison::summary()
     std::string first_violation;    // config + summary of the first violating case, if any
+    Index suspicious = 0;           // cases the statistical verdict calls suspicious
+    std::string first_suspicious;   // config + what was over the statistical bound, if any
+    Index structured_rows = 0;      // rows the statistical verdict left to the rigorous bound
+    double worst_stat_tightness = 0;  // max over cases of error / statistical bound (output and weights)
+    double worst_row_statistic = 0;   // max over cases of Q / threshold of the row statistic
     std::string first_unbounded;    // case number, config and summary of the first unexplained unbounded case (else
                                     // the first unbounded one), if any
     std::string summary() const;
