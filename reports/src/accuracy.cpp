@@ -65,6 +65,13 @@ void fill_metrics(Row& row, const Tensor<T>& output, const oracle::Result<T>& ex
     }
     row.p99_ulp = quantile(std::move(ulps), 0.99);
     row.median_tightness = quantile(std::move(tightness), 0.5);
+    if (exact.statistical) {
+        const oracle::Comparison stat = oracle::compare_output_statistical<T>(output.view(), exact);
+        const oracle::RowStatistic rs = oracle::row_statistic<T>(output.view(), exact);
+        row.stat_max_tightness = stat.max_tightness;
+        row.row_statistic = rs.threshold > 0 ? rs.sum_squares / rs.threshold : 0;
+        row.suspicious = !stat.pass() || rs.suspicious();
+    }
 }
 
 bool same_model(const oracle::ErrorModel& a, const oracle::ErrorModel& b) {
@@ -107,6 +114,7 @@ std::vector<Row> measure_t(const std::vector<const suite::Implementation*>& impl
             if (!exact) {
                 oracle::OracleOptions oracle_options;
                 oracle_options.model = impl.error_model;
+                oracle_options.statistical = true;
                 oracles.emplace_back(impl.error_model,
                                      oracle::scaled_dot_product_attention<T>(in.q_view, in.k_view, in.v_view,
                                                                              in.allowed_view, options, oracle_options));
@@ -152,6 +160,9 @@ std::vector<Summary> summarize(const std::vector<Row>& rows) {
         if (row.failed()) ++s.failed_rows;
         s.violations += row.violations;
         s.unbounded += row.unbounded;
+        s.suspicious_rows += row.suspicious;
+        s.max_stat_tightness = std::max(s.max_stat_tightness, row.stat_max_tightness);
+        s.max_row_statistic = std::max(s.max_row_statistic, row.row_statistic);
         s.max_ulp = std::max(s.max_ulp, row.max_ulp);
         s.max_p99_ulp = std::max(s.max_p99_ulp, row.p99_ulp);
         s.max_rel = std::max(s.max_rel, row.max_rel);
@@ -205,6 +216,9 @@ nlohmann::json to_json(const Row& row) {
     j["worst_exact"] = number(row.worst_exact);
     j["worst_bound"] = number(row.worst_bound);
     j["tightness_per_ulp"] = number(row.tightness_per_ulp);
+    j["stat_max_tightness"] = number(row.stat_max_tightness);
+    j["row_statistic"] = number(row.row_statistic);
+    j["suspicious"] = row.suspicious;
     return j;
 }
 
@@ -252,6 +266,10 @@ Row row_from_json(const nlohmann::json& j) {
         row.worst_exact = number_from_json(field("worst_exact"));
         row.worst_bound = number_from_json(field("worst_bound"));
         row.tightness_per_ulp = number_from_json(field("tightness_per_ulp"));
+        // The statistical verdict's fields: absent from reports made before it.
+        if (j.contains("stat_max_tightness")) row.stat_max_tightness = number_from_json(j.at("stat_max_tightness"));
+        if (j.contains("row_statistic")) row.row_statistic = number_from_json(j.at("row_statistic"));
+        if (j.contains("suspicious")) row.suspicious = j.at("suspicious").get<bool>();
         return row;
     } catch (const nlohmann::json::exception& e) {
         throw IoError(std::string("report: accuracy.json: malformed row: ") + e.what());

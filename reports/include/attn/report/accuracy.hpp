@@ -33,8 +33,14 @@ struct Row {
     double worst_computed = 0, worst_exact = 0, worst_bound = 0;
     // The tightness one more ulp of error at the worst element would add: the drift margin's absolute part.
     double tightness_per_ulp = 0;
+    // The statistical verdict (oracle/BOUNDS.md section 10): max error / statistical bound, the row statistic's Q
+    // over its threshold, and whether either fired. A library kernel must never be suspicious: if one is, the
+    // statistical model is wrong, and the row fails.
+    double stat_max_tightness = 0;
+    double row_statistic = 0;
+    bool suspicious = false;
 
-    bool failed() const { return !error.empty() || violations > 0; }
+    bool failed() const { return !error.empty() || violations > 0 || suspicious; }
 };
 
 // Runs every implementation on the case's inputs in one dtype and compares each with the oracle (bound for its
@@ -44,7 +50,8 @@ std::vector<Row> measure(const std::vector<const suite::Implementation*>& impls,
 struct Summary {
     std::string impl;
     Dtype dtype = Dtype::Float;
-    Index rows = 0, failed_rows = 0, violations = 0, unbounded = 0;
+    Index rows = 0, failed_rows = 0, violations = 0, unbounded = 0, suspicious_rows = 0;
+    double max_stat_tightness = 0, max_row_statistic = 0;  // the statistical verdict's, over the rows
     double max_ulp = 0, max_p99_ulp = 0, max_rel = 0, max_tightness = 0, median_tightness = 0;
     std::string worst_config;  // the row with the largest tightness
 };
