@@ -68,7 +68,18 @@ inline oracle::ErrorModel candidate_error_model(const SdpaOptions& options) {
     return options.backend == Backend::Tiled ? oracle::library_tiled_model() : oracle::reference_model();
 }
 
-// The candidate's output (and weights, when returned) against the oracle: error <= bound everywhere.
+// Whether the candidate should round as its model says: the library, or a correct implementation of the registry.
+// Those must never be suspicious to the statistical verdict either (oracle/BOUNDS.md section 10); a mutant is
+// held to the rigorous bound alone.
+inline bool candidate_is_correct() {
+#if ATTN_FUZZ_HAVE_SUITE
+    if (const suite::Implementation* impl = candidate_implementation()) return !impl->is_mutant;
+#endif
+    return true;
+}
+
+// The candidate's output (and weights, when returned) against the oracle: error <= bound everywhere, and for a
+// correct candidate not suspicious to the statistical verdict.
 template <class T>
 void require_within_oracle_bound(const SdpaResult<T>& result, TensorView<const T> q, TensorView<const T> k,
                                  TensorView<const T> v, std::optional<TensorView<const bool>> allowed_mask,
@@ -76,6 +87,7 @@ void require_within_oracle_bound(const SdpaResult<T>& result, TensorView<const T
                                  std::optional<oracle::ErrorModel> model = std::nullopt, const std::string& who = "") {
     oracle::OracleOptions oracle_options;
     oracle_options.model = model ? *model : candidate_error_model(options);
+    oracle_options.statistical = candidate_is_correct();
     oracle::Result<T> exact;
     try {
         exact = oracle::scaled_dot_product_attention<T>(q, k, v, allowed_mask, options, oracle_options);
@@ -88,6 +100,16 @@ void require_within_oracle_bound(const SdpaResult<T>& result, TensorView<const T
         const oracle::Comparison w = oracle::compare_weights<T>(result.weights->view(), exact);
         ATTN_FUZZ_REQUIRE(w.pass(), who + "weights outside the oracle's bound: " + w.summary());
     }
+    if (!oracle_options.statistical) return;
+    const oracle::CheckVerdict verdict = oracle::check_candidate<T>(
+        result.output.view(), exact,
+        result.weights ? std::optional<TensorView<const T>>(result.weights->view()) : std::nullopt);
+    ATTN_FUZZ_REQUIRE(!verdict.suspicious(),
+                      who + "within the bound but suspicious to the statistical verdict (its model is wrong here): "
+                            "output " + verdict.statistical_output->summary() +
+                            (verdict.statistical_weights ? "; weights " + verdict.statistical_weights->summary() : "") +
+                            "; row statistic " + std::to_string(verdict.statistical_rows->sum_squares) + " of " +
+                            std::to_string(verdict.statistical_rows->threshold));
 }
 #endif
 
