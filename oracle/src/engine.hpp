@@ -70,6 +70,13 @@ private:
     double row_ratio_ = 0;            // the current row's max self-error / bound, committed when the row is kept
     std::vector<double> col_hi_, col_lo_;  // one row's outputs, per column (scratch)
     std::vector<const double*> row_ptrs_;  // one row's value rows (scratch)
+    std::vector<double> sums_;             // one row's sums over keys per column, output_row (scratch)
+    // output_row's sums of one column, in Wide (scratch, per column)
+    struct ColumnSums {
+        Wide scale = 0, abs_v = 0, abs_v_impl = 0, abs_self = 0, spread_self = 0;
+        OutputSums<Wide> impl, stat;  // stat: under the statistical normalisation (section 10)
+    };
+    std::vector<ColumnSums> col_sums_;
     std::vector<double> kT_;  // the batch element's keys transposed, (Dk, Tk), for dot2_keys_simd
     std::vector<Wide> abs_k_;  // sum_d |k_jd| per key
     bool k_in_range_ = false;  // every element of kd_ is in_safe_range
@@ -116,8 +123,17 @@ private:
     // self_error in Wide: rounded to double, an error far below 2^-1074 would become 2^-1074.
     void note_self_error(Wide self_error, double bound) {
         if (self_error == 0) return;
-        const Wide ratio = bound > 0 ? self_error / bound : std::numeric_limits<Wide>::infinity();
-        row_ratio_ = std::max(row_ratio_, round_up(ratio));
+        // An upper value of self_error / bound: in double (no x87 division) the quotient of upper values, rounded
+        // up, where self_error is a normal double; in Wide below (rounded to double, an error far below 2^-1074
+        // would become 2^-1074).
+        double ratio;
+        if (self_error >= 0x1p-1000L) {
+            const double q = bound > 0 ? round_up(self_error) / bound : std::numeric_limits<double>::infinity();
+            ratio = q < std::numeric_limits<double>::infinity() ? next_up(q) : q;  // next_up(inf) is a NaN
+        } else {
+            ratio = round_up(bound > 0 ? self_error / bound : std::numeric_limits<Wide>::infinity());
+        }
+        row_ratio_ = std::max(row_ratio_, ratio);
     }
     void fill_row(Index b, Index i, double value) {
         for (Index c = 0; c < p_.Dv; ++c) put_output((b * p_.Tq + i) * p_.Dv + c, value, 0, 0, 0, 0);
@@ -502,8 +518,11 @@ private:
         bool certain = true;
         for (std::size_t c = 0; c < keys.size(); ++c) {
             const double p = rb.p_up[c];
-            const Wide rel_impl = std::min(nz[0].weight_rel(c, p, rb.impl.u_div), nz[1].weight_rel(c, p, rb.impl.u_div));
-            const double bound = round_up(rb.under.weight(rel_impl, p, u_) * kBoundInflation);
+            const double rel_impl = std::min(nz[0].weight_rel(c, p, rb.impl.u_div), nz[1].weight_rel(c, p, rb.impl.u_div));
+            // In double on the double-double path, whose units (at least 2^-150 there) and weights are far inside
+            // double's range, as output_row does (its few roundings are within kBoundInflation); else in Wide.
+            const double bound = rb.fast ? mul_up(rb.under.template weight<double>(rel_impl, p, u_), kBoundInflation)
+                                         : round_up(rb.under.weight(rel_impl, p, u_) * kBoundInflation);
             const Wide self_error = rb.self_w[c];
             const Index flat = (b * p_.Tq + i) * p_.Tk + keys[c];
             if (rb.fast) {
@@ -613,29 +632,35 @@ private:
         const Normalisation& ni = rb.nz[rb.impl_choice];
         const Normalisation& ns = rb.nz[rb.self_choice];
         const bool flushing = model_.inputs_flushed;
-        struct ColumnSums {
-            Wide scale = 0, abs_v = 0, abs_v_impl = 0, abs_self = 0, spread_self = 0;
-            OutputSums<Wide> impl, stat;  // stat: under the statistical normalisation (section 10)
-        };
-        std::vector<ColumnSums> cs(Dv);
+        std::vector<ColumnSums>& cs = col_sums_;
+        cs.resize(Dv);  // every column's sums are assigned below
         const Normalisation& nt = rb.nz_stat[rb.stat_choice];
         const auto accumulate = [&](auto zero) {
             using A = decltype(zero);
-            // One array per sum, so that the loop over columns vectorises.
-            std::vector<A> sc(Dv, A(0)), av_sum(Dv, A(0)), av_impl(Dv, A(0)), av_self(Dv, A(0)), spread_self(Dv, A(0)),
-                spread(Dv, A(0)), dv(Dv, A(0)), absterm(Dv, A(0));
+            // One array per sum, so that the loop over columns vectorises; 14 of Dv in one zeroed buffer (the
+            // double-double path's is kept from row to row): 8 sums, and 6 the statistical pass does not use.
+            std::vector<A> wide_buffer;
+            A* base = nullptr;
+            if constexpr (std::is_same_v<A, double>) {
+                sums_.assign(14 * Dv, 0.0);
+                base = sums_.data();
+            } else {
+                wide_buffer.assign(14 * Dv, A(0));
+                base = wide_buffer.data();
+            }
+            A *sc = base, *av_sum = base + Dv, *av_impl = base + 2 * Dv, *av_self = base + 3 * Dv,
+              *spread_self = base + 4 * Dv, *spread = base + 5 * Dv, *dv = base + 6 * Dv, *absterm = base + 7 * Dv;
             const double flush_below = flushing ? static_cast<double>(std::numeric_limits<T>::min()) : 0.0;
             if constexpr (std::is_same_v<A, double>) {
                 row_ptrs_.resize(n);
                 for (std::size_t c = 0; c < n; ++c) row_ptrs_[c] = row_at(c);
                 accumulate_row_simd(row_ptrs_.data(), n, od.data(), Dv, flush_below, sm.p_hi.data(), ni.pB.data(),
-                                    ni.w.data(), ns.pB.data(), sc.data(), av_sum.data(), av_self.data(),
-                                    spread_self.data(), av_impl.data(), spread.data(), dv.data(), absterm.data());
+                                    ni.w.data(), ns.pB.data(), sc, av_sum, av_self, spread_self, av_impl, spread, dv,
+                                    absterm);
             } else {
                 for (std::size_t c = 0; c < n; ++c)
-                    accumulate_key(row_at(c), od.data(), Dv, flush_below, sm.p_hi[c], ni.pB[c], ni.w[c], ns.pB[c],
-                                   sc.data(), av_sum.data(), av_self.data(), spread_self.data(), av_impl.data(),
-                                   spread.data(), dv.data(), absterm.data());
+                    accumulate_key(row_at(c), od.data(), Dv, flush_below, sm.p_hi[c], ni.pB[c], ni.w[c], ns.pB[c], sc,
+                                   av_sum, av_self, spread_self, av_impl, spread, dv, absterm);
             }
             for (std::size_t col = 0; col < Dv; ++col)
                 cs[col] = {sc[col], av_sum[col], static_cast<Wide>(av_sum[col]) + av_impl[col], av_self[col],
@@ -643,19 +668,18 @@ private:
             if (!rb.stat) return;
             // The statistical normalisation's spread and absterm: the same pass with its p_j B_j and p_j + p_j B_j
             // (the other sums it recomputes are the same and unused).
-            std::fill(spread.begin(), spread.end(), A(0));
-            std::fill(dv.begin(), dv.end(), A(0));
-            std::fill(absterm.begin(), absterm.end(), A(0));
-            std::vector<A> unused(Dv * 6, A(0));
-            A* x = unused.data();
+            std::fill(spread, spread + Dv, A(0));
+            std::fill(dv, dv + Dv, A(0));
+            std::fill(absterm, absterm + Dv, A(0));
+            A* x = base + 8 * Dv;
             if constexpr (std::is_same_v<A, double>) {
                 accumulate_row_simd(row_ptrs_.data(), n, od.data(), Dv, flush_below, sm.p_hi.data(), nt.pB.data(),
-                                    nt.w.data(), ns.pB.data(), x, x + Dv, x + 2 * Dv, x + 3 * Dv, x + 4 * Dv,
-                                    spread.data(), dv.data(), absterm.data());
+                                    nt.w.data(), ns.pB.data(), x, x + Dv, x + 2 * Dv, x + 3 * Dv, x + 4 * Dv, spread,
+                                    dv, absterm);
             } else {
                 for (std::size_t c = 0; c < n; ++c)
                     accumulate_key(row_at(c), od.data(), Dv, flush_below, sm.p_hi[c], nt.pB[c], nt.w[c], ns.pB[c], x,
-                                   x + Dv, x + 2 * Dv, x + 3 * Dv, x + 4 * Dv, spread.data(), dv.data(), absterm.data());
+                                   x + Dv, x + 2 * Dv, x + 3 * Dv, x + 4 * Dv, spread, dv, absterm);
             }
             for (std::size_t col = 0; col < Dv; ++col) cs[col].stat = {spread[col], dv[col], absterm[col]};
         };
