@@ -79,9 +79,9 @@ std::vector<Implementation> build() {
         small.returns_weights = false;
         const auto run_float = small.run_float;
         const auto run_double = small.run_double;
-        const auto blocks = [](SdpaOptions o) {
-            o.tiled_query_block = 3;
-            o.tiled_key_block = 5;
+        const auto blocks = [](SdpaOptions o) {  // unless the call sets its own (a bad one is then refused)
+            if (o.tiled_query_block == 0) o.tiled_query_block = 3;
+            if (o.tiled_key_block == 0) o.tiled_key_block = 5;
             return o;
         };
         small.run_float = [run_float, blocks](TensorView<const float> q, TensorView<const float> k,

@@ -82,6 +82,8 @@ SdpaResult<T> attend_split_heads(TensorView<const T> q, TensorView<const T> k, T
     sdpa.return_weights = return_weights;
     sdpa.backend = options.backend;
     sdpa.num_threads = options.num_threads;
+    sdpa.tiled_query_block = options.tiled_query_block;
+    sdpa.tiled_key_block = options.tiled_key_block;
     // out (B, G, R, Tq, Dv) and weights (B, G, R, Tq, Tk): contiguous, i.e. (B, H, Tq, Dv) and (B, H, Tq, Tk).
     return scaled_dot_product_attention(q5, k5, v5, mask5, sdpa);
 }
@@ -211,6 +213,7 @@ MhaResult<T> multi_head_sdpa_impl(TensorView<const T> q, TensorView<const T> k, 
                          " (" + shapes + ")");
     check_dropout(function, dropout.p);
     check_scale_and_threads<T>(function, options.scale, options.num_threads, " (" + shapes + ")");
+    check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, " (" + shapes + ")");
     const HeadMasks masks = resolve_masks(function, shapes, allowed_mask, options, B, H, Tq, Tk);
     const HeadReadability readable =
         head_readability(masks.allowed, options.is_causal, options.alignment, B, H, Tq, Tk);

@@ -90,6 +90,9 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     // the batch holds, as in SDPA (found by the backends fuzzer: a [2,0,1,1] mask against scores [1,0,1,1]).
     std::optional<TensorView<const bool>> mask_full;  // broadcast to (batch..., Tq, Tk)
     if (allowed_mask) mask_full = broadcast_mask_to_scores(function, *allowed_mask, with(batch, {Tq, Tk}), shapes);
+    // So are the options: SDPA refuses a bad scale, thread count or block size for an empty batch too.
+    check_scale_and_threads<T>(function, options.scale, options.num_threads, shapes);
+    check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, shapes);
     if (H == 0 || B == 0) {  // no heads or no batch: SDPA's answer is empty too
         SdpaResult<T> empty{Tensor<T>(output_shape), std::nullopt};
         if (options.return_weights) empty.weights = Tensor<T>(weights_shape);
@@ -108,6 +111,8 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     mha.check_finite = options.check_finite;
     mha.backend = options.backend;
     mha.num_threads = options.num_threads;
+    mha.tiled_query_block = options.tiled_query_block;
+    mha.tiled_key_block = options.tiled_key_block;
     std::optional<TensorView<const bool>> mask_view;
     if (mask4) mask_view = mask4->view();
     MhaResult<T> r = multi_head_sdpa(xq.view(), xk.view(), xv.view(), H, G, mask_view, mha, {});

@@ -124,6 +124,13 @@ template MhaStates check_mha_states<float>(const std::string&, TensorView<const 
 template MhaStates check_mha_states<double>(const std::string&, TensorView<const double>, TensorView<const double>,
                                             TensorView<const double>, Index, Index, Index);
 
+void check_tiled_blocks(const std::string& function, Index query_block, Index key_block, const std::string& shapes) {
+    if (query_block < 0 || key_block < 0)
+        throw ConfigError(function + ": tiled_query_block and tiled_key_block must be >= 0 (0 = the tiled kernel's " +
+                          std::to_string(tiled_query_block) + " and " + std::to_string(tiled_key_block) + "), got " +
+                          std::to_string(query_block) + " and " + std::to_string(key_block) + shapes);
+}
+
 template void check_scale_and_threads<float>(const std::string&, std::optional<double>, int, const std::string&);
 template void check_scale_and_threads<double>(const std::string&, std::optional<double>, int, const std::string&);
 
@@ -261,11 +268,7 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     if (allowed_mask) p.allowed_mask = detail::broadcast_mask_to_scores(function, *allowed_mask, with(p.Tq, p.Tk), shapes);
     // The default 1/sqrt(Dk) is finite in every dtype; only a given scale can fail the check.
     detail::check_scale_and_threads<T>(function, options.scale, options.num_threads, shapes);
-    if (options.tiled_query_block < 0 || options.tiled_key_block < 0)
-        throw ConfigError(function + ": tiled_query_block and tiled_key_block must be >= 0 (0 = the tiled kernel's " +
-                          std::to_string(tiled_query_block) + " and " + std::to_string(tiled_key_block) + "), got " +
-                          std::to_string(options.tiled_query_block) + " and " +
-                          std::to_string(options.tiled_key_block) + shapes);
+    detail::check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, shapes);
     p.scale = options.scale ? *options.scale : (p.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(p.Dk)) : 1.0);
     p.is_causal = options.is_causal;
     p.alignment = options.alignment;

@@ -812,6 +812,20 @@ TEST_CASE("zero-size batches, queries and keys give empty or policy-defined outp
     const Tensor<bool> wrong({2, 0, 1, 1});
     CHECK_THROWS_AS(scaled_dot_product_attention(q0.view(), k0.view(), v0.view(), wrong.view()), ShapeError);
     CHECK_THROWS_AS(mha_sdpa_path(q0, k0, v0, wrong.view()), ShapeError);
+    // Nor bad options: a NaN scale, a negative thread count or block size, refused by name as SDPA refuses them.
+    SdpaOptions nan_scale, negative_threads, negative_block;
+    nan_scale.scale = std::numeric_limits<double>::quiet_NaN();
+    negative_threads.num_threads = -1;
+    negative_block.tiled_key_block = -1;
+    for (const auto& [options, name] : {std::pair{nan_scale, "scale"}, std::pair{negative_threads, "num_threads"},
+                                        std::pair{negative_block, "tiled_key_block"}}) {
+        CHECK_THROWS_AS(scaled_dot_product_attention(q0.view(), k0.view(), v0.view(), std::nullopt, options), ConfigError);
+        CHECK_THROWS_WITH(mha_sdpa_path(q0, k0, v0, std::nullopt, options), Catch::Contains(name));
+    }
+    // A block size reaches the SDPA core through multi_head_sdpa's options too.
+    MhaOptions blocks;
+    blocks.tiled_query_block = -2;
+    CHECK_THROWS_WITH(mha.forward_self(x, std::nullopt, blocks), Catch::Contains("tiled_query_block"));
 }
 
 TEST_CASE("mha_sdpa_path takes SDPA's broadcast ranks: unbatched, 3-D, broadcast heads and masks", "[mha][sdpa_path]") {

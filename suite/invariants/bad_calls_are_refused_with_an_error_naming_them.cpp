@@ -1,7 +1,7 @@
 // Invariant: a call the contract refuses throws the error of its kind, and the message names what is wrong, never a
 // crash, a silent NaN or a result. One corruption per case, drawn from: k's Dk unlike q's, v's Tk unlike k's, a
 // negative thread count, a NaN scale, a scale below the dtype's normal range (its rounding would not be relative),
-// a NaN where a query reads. No mutant breaks a contract check (they share the driver's validation); this guards the
+// a negative tiled block size, a NaN where a query reads. No mutant breaks a contract check (they share the driver's validation); this guards the
 // contract module's rejections, which no other property calls.
 #include <cmath>
 #include <limits>
@@ -12,7 +12,7 @@ namespace attn::suite {
 
 namespace {
 
-enum class Corruption { DkMismatch, TkMismatch, NegativeThreads, NanScale, SubnormalScale, NanRead, Count };
+enum class Corruption { DkMismatch, TkMismatch, NegativeThreads, NanScale, SubnormalScale, NegativeBlock, NanRead, Count };
 
 const char* to_string(Corruption c) {
     switch (c) {
@@ -21,6 +21,7 @@ const char* to_string(Corruption c) {
         case Corruption::NegativeThreads: return "num_threads = -1";
         case Corruption::NanScale: return "scale = NaN";
         case Corruption::SubnormalScale: return "a scale below the normal range";
+        case Corruption::NegativeBlock: return "tiled_key_block = -1";
         case Corruption::NanRead: return "a NaN in q, which its row reads";
         case Corruption::Count: break;
     }
@@ -39,8 +40,8 @@ Tensor<T> filled(const Shape& shape, Rng& rng) {
 Property bad_calls_are_refused_with_an_error_naming_them() {
     Property p;
     p.name = "bad_calls_are_refused_with_an_error_naming_them";
-    p.sentence = "A call with mismatched shapes, a negative thread count, a NaN or subnormal scale, or a NaN where a "
-                 "query reads is refused with the error of its kind (ShapeError, ConfigError, ValueError) and a "
+    p.sentence = "A call with mismatched shapes, a negative thread count, a NaN or subnormal scale, a negative tiled "
+                 "block size, or a NaN where a query reads is refused with the error of its kind (ShapeError, ConfigError, ValueError) and a "
                  "message naming the offending dimension, option or tensor.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::None}); };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
@@ -66,6 +67,9 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
                 case Corruption::SubnormalScale:
                     options.scale = static_cast<double>(std::numeric_limits<T>::denorm_min()) * 3,
                     expected_kind = "ConfigError", keyword = "scale";
+                    break;
+                case Corruption::NegativeBlock:
+                    options.tiled_key_block = -1, expected_kind = "ConfigError", keyword = "tiled_key_block";
                     break;
                 case Corruption::NanRead:
                     q[static_cast<Index>(rng.below(static_cast<std::uint64_t>(q.numel())))] =

@@ -44,6 +44,7 @@ struct MhaOptions {
     bool check_finite = true;         // inputs and parameters at positions some query reads; projections overflowing
     Backend backend = Backend::Auto;  // of the SDPA core
     int num_threads = 0;
+    Index tiled_query_block = 0, tiled_key_block = 0;  // of the SDPA core's tiled backend (SdpaOptions'; 0: defaults)
 };
 
 template <class T>

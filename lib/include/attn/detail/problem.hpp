@@ -109,6 +109,8 @@ MhaStates check_mha_states(const std::string& function, TensorView<const T> quer
 template <class T>
 void check_scale_and_threads(const std::string& function, std::optional<double> scale, int num_threads,
                              const std::string& shapes);
+// SdpaOptions::tiled_query_block and tiled_key_block (or MhaOptions'): ConfigError naming them when negative.
+void check_tiled_blocks(const std::string& function, Index query_block, Index key_block, const std::string& shapes);
 
 // Readability of one (Tq, Tk) score matrix under the causal rule and an optional allowed mask (row i at
 // allowed + i * row_stride, key j at + j * key_stride): rows[i] = query i has an allowed key, keys[j] = some
