@@ -704,28 +704,21 @@ private:
             // oracle's values), which each |v_j - o| and |o| gain.
             const Wide o_up = o_abs * (1 + 0x1p-52L) + 2 * self_error;
             const Wide o_round = ni.o_rounding(od[col]) + ni.sum_pB * 2 * self_error;
-            // The implementation's (*) and underflow terms: in double on the double-double path, whose values and
-            // units (at least 2^-150) are far inside double's range, from upper values; else in Wide.
-            double bound;
-            if (fast) {
-                const double rel = ni.output_rel<double>(c.impl, round_up(o_round), round_up(o_up));
-                bound = rb.under.template output<double>(rel, round_up(c.abs_v_impl), round_up(o_up)) * kBoundInflation;
-            } else {
-                const Wide rel = ni.output_rel(c.impl, o_round, o_up);
-                bound = round_up(rb.under.output(rel, c.abs_v_impl, o_up) * kBoundInflation);
-            }
-            const Index flat = (b * p_.Tq + i) * p_.Dv + static_cast<Index>(col);
-            double stat_bound = bound;  // section 10, the same as the rigorous in the statistical normalisation
-            if (rb.stat) {
-                const Wide t_round = nt.o_rounding(od[col]) + nt.sum_pB * 2 * self_error;
+            // The implementation's (*) and underflow terms under a normalisation and its sums: in double on the
+            // double-double path, whose values and units (at least 2^-150) are far inside double's range, from upper
+            // values; else in Wide.
+            const auto implementation_bound = [&](const Normalisation& nz, const OutputSums<Wide>& sums) -> double {
+                const Wide rounding = nz.o_rounding(od[col]) + nz.sum_pB * 2 * self_error;
                 if (fast) {
-                    const double rel = nt.output_rel<double>(c.stat, round_up(t_round), round_up(o_up));
-                    stat_bound = rb.under.template output<double>(rel, round_up(c.abs_v_impl), round_up(o_up)) * kBoundInflation;
-                } else {
-                    const Wide rel = nt.output_rel(c.stat, t_round, o_up);
-                    stat_bound = round_up(rb.under.output(rel, c.abs_v_impl, o_up) * kBoundInflation);
+                    const double rel = nz.output_rel<double>(sums, round_up(rounding), round_up(o_up));
+                    return rb.under.template output<double>(rel, round_up(c.abs_v_impl), round_up(o_up)) * kBoundInflation;
                 }
-            }
+                return round_up(rb.under.output(nz.output_rel(sums, rounding, o_up), c.abs_v_impl, o_up) * kBoundInflation);
+            };
+            const double bound = implementation_bound(ni, c.impl);
+            const Index flat = (b * p_.Tq + i) * p_.Dv + static_cast<Index>(col);
+            // Section 10: the same in the statistical normalisation.
+            const double stat_bound = rb.stat ? implementation_bound(nt, c.stat) : bound;
             const Index row = b * p_.Tq + i;
             if (rb.stat && static_cast<Index>(col) == row % p_.Dv && ni.bounded && rb.under.ok) {
                 // Section 10, the row statistic: the error is the deterministic part of (*) (everything but the
