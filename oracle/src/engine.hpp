@@ -269,7 +269,7 @@ private:
         std::sort(a.begin(), a.end());
         std::size_t lo = 0;
         for (std::size_t hi = 0; hi < a.size(); ++hi) {
-            while (!close(a[lo], a[hi])) ++lo;
+            while (lo < hi && !close(a[lo], a[hi])) ++lo;  // lo < hi: close(inf, inf) is false
             if (static_cast<double>(hi - lo + 1) > limit) return true;
         }
         return false;
@@ -291,6 +291,7 @@ private:
     // to be rounded with certainty from its enclosure (Ziv's strategy), is done again in MPFR (section 5).
     void run_row(Index b, Index i, const std::vector<Index>& keys, bool fast) {
         row_ratio_ = 0;
+        if (stat_) out_.row_stat_sigma.data()[b * p_.Tq + i] = 0;  // until output_row says otherwise (a redone row too)
         if (!row_is_finite(i, keys)) {
             fill_row(b, i, std::numeric_limits<double>::quiet_NaN());  // NaN/Inf inputs propagate (check_finite off)
             return;

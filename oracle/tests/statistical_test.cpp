@@ -180,3 +180,18 @@ TEST_CASE("without OracleOptions::statistical there is no statistical verdict") 
     CHECK_THROWS_WITH(oracle::compare_output_statistical<double>(r.output.view(), r),
                       Catch::Contains("without OracleOptions::statistical"));
 }
+
+TEST_CASE("the statistical verdict on rows whose logit gaps overflow double: as the rigorous one, no crash") {
+    // Logits 1e400, 1e400, 0 and -1e400 (q = k = 1e200, scale 1): their gaps to the max are 0, 0, inf and inf in
+    // double, and the structured-row test must take infinities in its stride.
+    const Tensor<double> q({1, 1}, {1e200}), k({4, 1}, {1e200, 1e200, 0.0, -1e200}), v({4, 1}, {1.0, 2.0, 3.0, 4.0});
+    attn::SdpaOptions options;
+    options.scale = 1.0;
+    oracle::OracleOptions oo;
+    oo.model = oracle::reference_model();
+    oo.statistical = true;
+    const oracle::Result<double> r = oracle::scaled_dot_product_attention<double>(q, k, v, std::nullopt, options, oo);
+    CHECK(r.output[0] == 1.5);
+    for (Index e = 0; e < r.weights_bound.numel(); ++e) CHECK(r.weights_stat_bound[e] <= r.weights_bound[e]);
+    CHECK(r.output_stat_bound[0] <= r.output_bound[0]);
+}
