@@ -24,6 +24,7 @@ Property thread_count_does_not_change_bits();
 Property backends_agree_within_bounds();
 Property module_matches_oracle_within_bound();
 Property dropout_zeroes_or_rescales_each_weight_exactly();
+Property module_bad_calls_are_refused_with_an_error_naming_them();
 
 const std::vector<Property>& properties() {
     static const std::vector<Property> all = {
@@ -48,6 +49,7 @@ const std::vector<Property>& properties() {
         backends_agree_within_bounds(),
         module_matches_oracle_within_bound(),
         dropout_zeroes_or_rescales_each_weight_exactly(),
+        module_bad_calls_are_refused_with_an_error_naming_them(),
     };
     return all;
 }
