@@ -108,6 +108,28 @@ Verdict within_bound(const Tensor<T>& out, const oracle::Result<T>& o, const std
     return std::nullopt;
 }
 
+// A call the contract refuses: it must throw `expected_kind` ("ShapeError", "ConfigError" or "ValueError") with a
+// message containing `keyword`; `what` names the refusal in the verdict.
+template <class Call>
+Verdict refused_with(Call&& call, const std::string& what, const std::string& expected_kind, const std::string& keyword) {
+    std::string got_kind, message;
+    try {
+        call();
+        return what + ": the call was accepted";
+    } catch (const ShapeError& e) {
+        got_kind = "ShapeError", message = e.what();
+    } catch (const ConfigError& e) {
+        got_kind = "ConfigError", message = e.what();
+    } catch (const ValueError& e) {
+        got_kind = "ValueError", message = e.what();
+    } catch (const std::exception& e) {
+        got_kind = "another exception", message = e.what();
+    }
+    if (got_kind != expected_kind) return what + ": expected a " + expected_kind + ", got " + got_kind + ": " + message;
+    if (message.find(keyword) == std::string::npos) return what + ": the message does not name '" + keyword + "': " + message;
+    return std::nullopt;
+}
+
 // |a - b| <= bound_a + bound_b element-wise: both are within their bounds of the same exact value.
 template <class T>
 Verdict within_two_bounds(const SdpaCase& c, const Tensor<T>& a, const Tensor<double>& bound_a, const Tensor<T>& b,

@@ -125,20 +125,7 @@ Verdict refusal_check(const SdpaCase& c) {
             break;
         case Refusal::Count: break;
     }
-    std::string got_kind, message;
-    try {
-        call();
-        return what + ": the call was accepted";
-    } catch (const ShapeError& e) {
-        got_kind = "ShapeError", message = e.what();
-    } catch (const ConfigError& e) {
-        got_kind = "ConfigError", message = e.what();
-    } catch (const std::exception& e) {
-        got_kind = "another exception", message = e.what();
-    }
-    if (got_kind != expected_kind) return what + ": expected a " + expected_kind + ", got " + got_kind + ": " + message;
-    if (message.find(keyword) == std::string::npos) return what + ": the message does not name '" + keyword + "': " + message;
-    return std::nullopt;
+    return refused_with(call, what, expected_kind, keyword);
 }
 
 }  // namespace
