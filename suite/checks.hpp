@@ -108,6 +108,14 @@ Verdict within_bound(const Tensor<T>& out, const oracle::Result<T>& o, const std
     return std::nullopt;
 }
 
+// A tensor of the given shape filled with standard normal draws from rng, rounded to T.
+template <class T>
+Tensor<T> normal_tensor(const Shape& shape, Rng& rng) {
+    Tensor<T> t(shape);
+    for (Index f = 0; f < t.numel(); ++f) t[f] = static_cast<T>(rng.normal());
+    return t;
+}
+
 // A call the contract refuses: it must throw `expected_kind` ("ShapeError", "ConfigError" or "ValueError") with a
 // message containing `keyword`; `what` names the refusal in the verdict.
 template <class Call>

@@ -140,7 +140,7 @@ oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in, bool sta
                               "got --model " + args.model);
         oo.model.block_partial_sums = true;
     }
-    oo.model.sequential_sums = oo.model.sequential_sums || args.sequential_sums;
+    oo.model.sequential_sums = args.sequential_sums;  // no named model claims it
     if (!args.underflow.empty()) {  // gradual: IEEE arithmetic throughout; ftz: results and inputs may be flushed
         oo.model.gradual_underflow = args.underflow == "gradual";
         oo.model.inputs_flushed = !oo.model.gradual_underflow;

@@ -28,13 +28,6 @@ const char* to_string(Corruption c) {
     return "?";
 }
 
-template <class T>
-Tensor<T> filled(const Shape& shape, Rng& rng) {
-    Tensor<T> t(shape);
-    for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(rng.normal());
-    return t;
-}
-
 }  // namespace
 
 Property bad_calls_are_refused_with_an_error_naming_them() {
@@ -49,9 +42,9 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
         const auto kind = static_cast<Corruption>(rng.below(static_cast<std::uint64_t>(Corruption::Count)));
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {
             const Index B = c.B, H = c.H, Tq = c.Tq, Tk = c.Tk, Dk = c.Dk, Dv = c.Dv;
-            Tensor<T> q = filled<T>({B, H, Tq, Dk}, rng);
-            const Tensor<T> k = filled<T>({B, H, Tk, kind == Corruption::DkMismatch ? Dk + 1 : Dk}, rng);
-            const Tensor<T> v = filled<T>({B, H, kind == Corruption::TkMismatch ? Tk + 1 : Tk, Dv}, rng);
+            Tensor<T> q = normal_tensor<T>({B, H, Tq, Dk}, rng);
+            const Tensor<T> k = normal_tensor<T>({B, H, Tk, kind == Corruption::DkMismatch ? Dk + 1 : Dk}, rng);
+            const Tensor<T> v = normal_tensor<T>({B, H, kind == Corruption::TkMismatch ? Tk + 1 : Tk, Dv}, rng);
             SdpaOptions options;
             const char *expected_kind = "", *keyword = "";
             switch (kind) {

@@ -13,13 +13,6 @@ namespace attn::suite {
 
 namespace {
 
-template <class T>
-Tensor<T> normal_tensor(const Shape& shape, Rng& rng) {
-    Tensor<T> t(shape);
-    for (Index f = 0; f < t.numel(); ++f) t[f] = static_cast<T>(rng.normal());
-    return t;
-}
-
 bool equal_or_both_nan(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
 
 template <class T>

@@ -20,13 +20,6 @@ enum class Refusal {
 };
 
 template <class T>
-Tensor<T> filled(const Shape& shape, Rng& rng) {
-    Tensor<T> t(shape);
-    for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(rng.normal());
-    return t;
-}
-
-template <class T>
 Verdict refusal_check(const SdpaCase& c) {
     Rng rng(c.aux_seed);
     const auto kind = static_cast<Refusal>(rng.below(static_cast<std::uint64_t>(Refusal::Count)));
@@ -40,7 +33,7 @@ Verdict refusal_check(const SdpaCase& c) {
     std::function<void()> call;
     // A module of the case's valid configuration, and inputs for it.
     const auto module = [&](const MhaConfig& m) { return MultiHeadAttention<T>(m); };
-    const Tensor<T> xq = filled<T>({B, Tq, E}, rng), xkv = filled<T>({B, Tk, E}, rng);
+    const Tensor<T> xq = normal_tensor<T>({B, Tq, E}, rng), xkv = normal_tensor<T>({B, Tk, E}, rng);
     switch (kind) {
         case Refusal::EmbedNotDivisible:
             what = "embed_dim " + std::to_string(E + 1) + " with num_heads " + std::to_string(H + 1);
@@ -71,30 +64,30 @@ Verdict refusal_check(const SdpaCase& c) {
             what = "a packed in_proj_weight with kdim " + std::to_string(E + 1);
             config.kdim = E + 1;
             expected_kind = "ConfigError", keyword = "in_proj_weight";
-            call = [&] { module(config).set_in_proj_weight(filled<T>({3 * E, E}, rng).view()); };
+            call = [&] { module(config).set_in_proj_weight(normal_tensor<T>({3 * E, E}, rng).view()); };
             break;
         case Refusal::PackedBias:
             what = "a packed in_proj_bias with num_kv_heads " + std::to_string(H + 1) + " of num_heads " +
                    std::to_string(2 * (H + 1));
             config.num_heads = 2 * (H + 1), config.num_kv_heads = H + 1, config.embed_dim = 2 * (H + 1) * Dh;
             expected_kind = "ConfigError", keyword = "in_proj_bias";
-            call = [&] { module(config).set_in_proj_bias(filled<T>({3 * config.embed_dim}, rng).view()); };
+            call = [&] { module(config).set_in_proj_bias(normal_tensor<T>({3 * config.embed_dim}, rng).view()); };
             break;
         case Refusal::BiasWithoutBias:
             what = "set_q_proj_bias on a module without bias";
             config.bias = false;
             expected_kind = "ConfigError", keyword = "set_q_proj_bias";
-            call = [&] { module(config).set_q_proj_bias(filled<T>({E}, rng).view()); };
+            call = [&] { module(config).set_q_proj_bias(normal_tensor<T>({E}, rng).view()); };
             break;
         case Refusal::SetterShape:
             what = "set_out_proj_weight given (" + std::to_string(E) + ", " + std::to_string(E + 1) + ")";
             expected_kind = "ShapeError", keyword = "out_proj_weight";
-            call = [&] { module(config).set_out_proj_weight(filled<T>({E, E + 1}, rng).view()); };
+            call = [&] { module(config).set_out_proj_weight(normal_tensor<T>({E, E + 1}, rng).view()); };
             break;
         case Refusal::QueryWidth:
             what = "query states of width " + std::to_string(E + 1);
             expected_kind = "ShapeError", keyword = "feature widths";
-            call = [&] { (void)module(config).forward_self(filled<T>({B, Tq, E + 1}, rng).view()); };
+            call = [&] { (void)module(config).forward_self(normal_tensor<T>({B, Tq, E + 1}, rng).view()); };
             break;
         case Refusal::CrossWidths:
             what = "forward_cross with kdim " + std::to_string(E) + " and vdim " + std::to_string(E + 1);
