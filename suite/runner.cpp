@@ -174,7 +174,7 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
     meta.id = p.name + "/" + impl.name + "/" + to_string(dtype);
     meta.description = p.sentence;
     rc::detail::TestParams params;
-    params.maxSuccess = std::max(1, settings.cases / std::max(1, p.cost));
+    params.maxSuccess = std::max(1, settings.cases * std::max(1, p.breadth) / std::max(1, p.cost));
     params.maxSize = std::min(settings.max_size, 100);
     params.disableShrinking = !settings.shrink;
     // Coverage contract: the regimes must be hit within the budget, topped up to eight times the budget with

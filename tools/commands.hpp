@@ -63,6 +63,9 @@ Action add_run_commands(CLI::App& app);
 // (commands_coverage.cpp).
 Action add_coverage_command(CLI::App& app);
 
+// `attn mutate`: the property suite against automatic mutations of lib/src, in a scratch copy (commands_mutate.cpp).
+Action add_mutate_command(CLI::App& app);
+
 // `attn report`: the accuracy report and its drift check (commands_report.cpp).
 Action add_report_command(CLI::App& app);
 

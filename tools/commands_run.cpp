@@ -104,6 +104,11 @@ Action add_run_commands(CLI::App& app) {
         };
         // The nightly run measures coverage (minutes in its own build) before the report, which shows the summary.
         if (opts.full) stages.insert(stages.end() - 1, {"coverage", "coverage", self + " coverage"});
+        // And a sample of the source mutants (a subset of the committed run's; its summary stays in build/mutate).
+        if (opts.full)
+            stages.insert(stages.end() - 1, {"source mutation", "mutate",
+                                             self + " mutate --mutants 40 --min-per-file 3 --out '" + std::string(ATTN_SOURCE_DIR) +
+                                                 "/build/mutate/sampled'"});
         std::vector<StageResult> results;
         for (const Stage& s : stages) {
             const bool available = s.subcommand.empty() || (s.subcommand != "-" && [&] {

@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
         attn::cli::add_fuzz_command(app),
         attn::cli::add_info_command(app),
         attn::cli::add_coverage_command(app),
+        attn::cli::add_mutate_command(app),
     };
     try {
         app.parse(argc, argv);

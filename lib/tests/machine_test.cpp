@@ -1,8 +1,13 @@
 // attn/machine.hpp: SIMD target dispatch and the numerics fingerprint.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -113,4 +118,50 @@ TEST_CASE("the numerics fingerprint names the machine, and its id is stable and 
     CHECK(c.id() != a.id());
     // file-name safe: lower-case letters, digits, '-' and '_'
     for (char ch : a.id()) CHECK(((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'));
+}
+
+TEST_CASE("the fingerprint's cpu is /proc/cpuinfo's vendor and model name, and its id is the documented hash",
+          "[machine]") {
+    const NumericsFingerprint a = numerics_fingerprint();
+    // The first "vendor_id" and "model name" lines of /proc/cpuinfo, read here on their own.
+    std::ifstream in("/proc/cpuinfo");
+    std::string vendor, model;
+    for (std::string line; std::getline(in, line);) {
+        const auto colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        const auto value = line.substr(std::min(line.size(), colon + 2));
+        if (vendor.empty() && line.rfind("vendor_id", 0) == 0) vendor = value;
+        if (model.empty() && line.rfind("model name", 0) == 0) model = value;
+    }
+    if (!vendor.empty() && !model.empty()) {
+        INFO(a.cpu);
+        CHECK(a.cpu.rfind(vendor + " " + model + " (family ", 0) == 0);
+    }
+    // The id: lower-case "<blis_arch>-<simd_chosen>-" and the top 32 bits of FNV-1a (64-bit) over "name=value\n"
+    // of every field but threads, in hex.
+    std::uint64_t h = 1469598103934665603ull;
+    for (const auto& [name, value] : a.fields())
+        if (name != "threads")
+            for (char ch : name + "=" + value + "\n") h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(h >> 32));
+    std::string prefix = a.blis_arch + "-" + a.simd_chosen;
+    for (char& ch : prefix) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    CHECK(a.id() == prefix + "-" + hex);
+}
+
+// Run by ctest as attn_machine_env_test, in a process of its own with ATTN_SIMD_TARGET=SCALAR (hidden otherwise):
+// the environment applies once, at the first dispatch, unless the program forced a target before.
+TEST_CASE("ATTN_SIMD_TARGET cannot override a target the program forced first", "[.env]") {
+    const char* forced = std::getenv("ATTN_SIMD_TARGET");
+    REQUIRE(forced != nullptr);
+    const std::vector<std::string> usable = simd_targets();
+    REQUIRE(!usable.empty());
+    force_simd_target(usable.front());
+    // The first dispatch of this process.
+    Tensor<float> q({1, 1, 2, 4}, 0.5f), k({1, 1, 3, 4}, 0.25f), v({1, 1, 3, 4}, 1.0f);
+    SdpaOptions options;
+    options.backend = Backend::Tiled;
+    (void)scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+    CHECK(simd_target() == usable.front());
 }

@@ -432,6 +432,46 @@ Section coverage_section(const std::string& project_root) {
     return s;
 }
 
+// The committed source-mutation summary (`attn mutate` writes reports/mutation/summary.json): the mutation score of
+// the property suite over lib/src, per file, and every survivor.
+Section mutation_section(const std::string& project_root) {
+    Section s{"Source mutation", {}};
+    const fs::path path = fs::path(project_root) / "reports" / "mutation" / "summary.json";
+    std::error_code ec;
+    if (project_root.empty() || !fs::is_regular_file(path, ec)) {
+        s.paragraph("Not measured: no `reports/mutation/summary.json` (`attn mutate` writes it).");
+        return s;
+    }
+    std::ifstream in(path);
+    const nlohmann::json summary = nlohmann::json::parse(in);
+    const nlohmann::json& c = summary.at("counts");
+    const auto n = [](const nlohmann::json& j, const char* key) { return std::to_string(j.at(key).get<int>()); };
+    const auto percent = [](double x) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.1f%%", x);
+        return std::string(buf);
+    };
+    s.paragraph("The committed summary of `" + summary.at("command").get<std::string>() +
+                "` (`reports/mutation/summary.md`): small automatic changes to the library's own source, one at a "
+                "time, each run against the property suite (and, when it survives, the unit tests). Equivalent "
+                "mutants (`suite/equivalent_mutants.txt`, with the reason for each) and mutants that do not compile "
+                "are left out of the score.");
+    Table t;
+    t.header = {"mutants", "killed by the properties", "killed by the unit tests only", "survived both", "equivalent",
+                "stillborn", "score (properties)", "score (+ unit tests)"};
+    t.rows.push_back({n(c, "run"), n(c, "killed"), n(c, "unit"), n(c, "survived"), n(c, "equivalent"), n(c, "stillborn"),
+                      percent(summary.at("score").get<double>()), percent(summary.at("score_with_unit_tests").get<double>())});
+    s.table(std::move(t));
+    Table f;
+    f.header = {"file", "run", "killed", "unit tests", "survived", "equivalent", "stillborn"};
+    for (const nlohmann::json& x : summary.at("files"))
+        if (x.at("run").get<int>() > 0)
+            f.rows.push_back({"`" + x.at("file").get<std::string>() + "`", n(x, "run"), n(x, "killed"), n(x, "unit"),
+                              n(x, "survived"), n(x, "equivalent"), n(x, "stillborn")});
+    s.table(std::move(f));
+    return s;
+}
+
 Section reading_section() {
     Section s{"How to read this report", {}};
     s.paragraph("A ULP is the spacing of the dtype's numbers at the exact value; the bound is the oracle's rigorous "
@@ -550,6 +590,7 @@ Document make_document(const ReportOptions& options, const ReportRun& run, const
         "peak, as ratios within that one run.",
         "`attn bench --json` leaves it", options.artifact_dirs));
     doc.sections.push_back(coverage_section(options.project_root));
+    doc.sections.push_back(mutation_section(options.project_root));
     doc.sections.push_back(rows_section(run.rows, run.summaries));
     doc.sections.push_back(reading_section());
 

@@ -25,6 +25,7 @@ Property backends_agree_within_bounds();
 Property module_matches_oracle_within_bound();
 Property dropout_zeroes_or_rescales_each_weight_exactly();
 Property module_bad_calls_are_refused_with_an_error_naming_them();
+Property key_padding_mask_allows_exactly_the_tokens_that_are_not_pad();
 
 const std::vector<Property>& properties() {
     static const std::vector<Property> all = {
@@ -50,6 +51,7 @@ const std::vector<Property>& properties() {
         module_matches_oracle_within_bound(),
         dropout_zeroes_or_rescales_each_weight_exactly(),
         module_bad_calls_are_refused_with_an_error_naming_them(),
+        key_padding_mask_allows_exactly_the_tokens_that_are_not_pad(),
     };
     return all;
 }

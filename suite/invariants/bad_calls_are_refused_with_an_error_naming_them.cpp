@@ -37,6 +37,7 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
                  "block size, or a NaN where a query reads is refused with the error of its kind (ShapeError, ConfigError, ValueError) and a "
                  "message naming the offending dimension, option or tensor.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::None}); };
+    p.breadth = 4;  // many refusals, one per case, each cheap
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         Rng rng(c.aux_seed);
         const auto kind = static_cast<Corruption>(rng.below(static_cast<std::uint64_t>(Corruption::Count)));

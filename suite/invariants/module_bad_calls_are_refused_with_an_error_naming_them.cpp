@@ -1,10 +1,13 @@
 // Invariant 20: a MultiHeadAttention call the contract refuses throws the error of its kind, and the message names
 // what is wrong. One refusal per case, drawn from: embed_dim not a multiple of num_heads, num_heads not a multiple of
-// num_kv_heads, a size of 0, dropout outside [0, 1), a packed in_proj_weight or in_proj_bias on a module whose heads
-// or widths do not allow it, a bias set on a module without bias, a setter given the wrong shape, a query whose
-// feature width is not embed_dim, forward_cross on a module whose kdim and vdim differ, key padding given in both
-// conventions, and a negative tiled block size. bad_calls_are_refused_with_an_error_naming_them does the same for
-// SDPA; this one reaches the module's own checks, which the generators of valid calls never do.
+// num_kv_heads, any of the five sizes 0, dropout outside [0, 1), a packed in_proj_weight or in_proj_bias on a module
+// whose heads or widths do not allow it or of the wrong shape, a bias set on a module without bias, a setter given
+// the wrong shape, a query whose feature width is not embed_dim, forward_cross on a module whose kdim and vdim
+// differ, key padding given in both conventions, a negative tiled block size, a parameter holding NaN or Inf with
+// check_finite on (named with its shape, the value and its row and column, or its index for a bias), and the head
+// path (multi_head_sdpa) given projected states whose shapes or head counts disagree.
+// bad_calls_are_refused_with_an_error_naming_them does the same for SDPA; this one reaches the module's own checks,
+// which the generators of valid calls never do.
 #include <functional>
 
 #include "../checks.hpp"
@@ -16,7 +19,7 @@ namespace {
 
 enum class Refusal {
     EmbedNotDivisible, HeadsNotMultiple, ZeroSize, DropoutOne, PackedWeight, PackedBias, BiasWithoutBias,
-    SetterShape, QueryWidth, CrossWidths, PaddingTwice, NegativeBlock, Count
+    SetterShape, PackedShape, HeadPathShape, QueryWidth, CrossWidths, PaddingTwice, NegativeBlock, NonFiniteParameter, Count
 };
 
 template <class T>
@@ -47,12 +50,24 @@ Verdict refusal_check(const SdpaCase& c) {
             expected_kind = "ConfigError", keyword = "num_kv_heads";
             call = [&] { (void)module(config); };
             break;
-        case Refusal::ZeroSize:
-            what = "embed_dim 0";
-            config.embed_dim = 0;
-            expected_kind = "ConfigError", keyword = ">= 1";
+        case Refusal::ZeroSize: {
+            // Any of the five sizes.
+            const char* const sizes[] = {"embed_dim", "num_heads", "num_kv_heads", "kdim", "vdim"};
+            const std::size_t which = rng.below(5);
+            what = std::string(sizes[which]) + " 0";
+            if (which == 0) config.embed_dim = 0;
+            if (which == 1) config.num_heads = 0;
+            if (which == 2) config.num_kv_heads = 0;
+            if (which == 3) config.kdim = 0;
+            if (which == 4) config.vdim = 0;
+            expected_kind = "ConfigError", keyword = "every size must be >= 1 (";
+            keyword += "embed_dim=" + std::to_string(config.embed_dim) + ", num_heads=" + std::to_string(config.num_heads) +
+                       ", num_kv_heads=" + std::to_string(config.num_kv_heads.value_or(config.num_heads)) +
+                       ", kdim=" + std::to_string(config.kdim.value_or(config.embed_dim)) +
+                       ", vdim=" + std::to_string(config.vdim.value_or(config.embed_dim)) + ")";
             call = [&] { (void)module(config); };
             break;
+        }
         case Refusal::DropoutOne:
             what = "dropout 1";
             config.dropout = 1.0;
@@ -84,6 +99,50 @@ Verdict refusal_check(const SdpaCase& c) {
             expected_kind = "ShapeError", keyword = "out_proj_weight";
             call = [&] { module(config).set_out_proj_weight(normal_tensor<T>({E, E + 1}, rng).view()); };
             break;
+        case Refusal::PackedShape: {
+            // A packed weight or bias one column or element off, on a module that takes packed parameters.
+            config.num_kv_heads = H;
+            const bool weight = rng.below(2) == 0;
+            what = weight ? "set_in_proj_weight given (" + std::to_string(3 * E) + ", " + std::to_string(E + 1) + ")"
+                          : "set_in_proj_bias given (" + std::to_string(3 * E + 1) + ")";
+            expected_kind = "ShapeError";
+            keyword = weight ? "in_proj_weight must be [" + std::to_string(3 * E) + "," + std::to_string(E) + "] = (3E, E), got [" +
+                                   std::to_string(3 * E) + "," + std::to_string(E + 1) + "]"
+                             : "in_proj_bias must be [" + std::to_string(3 * E) + "] = (3E), got [" + std::to_string(3 * E + 1) + "]";
+            call = [&, weight] {
+                if (weight) module(config).set_in_proj_weight(normal_tensor<T>({3 * E, E + 1}, rng).view());
+                else module(config).set_in_proj_bias(normal_tensor<T>({3 * E + 1}, rng).view());
+            };
+            break;
+        }
+        case Refusal::HeadPathShape: {
+            // multi_head_sdpa, the head path on projected states, given inconsistent shapes: one of six.
+            Shape qs{B, Tq, H * Dh}, ks{B, Tk, G * Dh}, vs{B, Tk, G * Dh};
+            Index heads = H, kv_heads = G;
+            const std::uint64_t which = rng.below(6);
+            expected_kind = "ShapeError";
+            if (which == 0) {
+                heads = G == 1 ? 3 : G + 1, kv_heads = G == 1 ? 2 : G;
+                expected_kind = "ConfigError";
+                keyword = "num_heads=" + std::to_string(heads) + " must be a positive multiple of num_kv_heads=" + std::to_string(kv_heads);
+            }
+            if (which == 1) qs = {B, Tq * H * Dh}, keyword = "must be (B, T, heads*D)";
+            if (which == 2) vs[0] = B + 1, keyword = "must have the same B";
+            if (which == 3) vs[1] = Tk + 1, keyword = "k_projected has Tk=" + std::to_string(Tk) + " but v_projected has Tk=" + std::to_string(Tk + 1);
+            if (which == 4) ks[2] = G * Dh + 1, keyword = "k_projected width must be num_kv_heads * Dk = " + std::to_string(G) + "*" +
+                                                        std::to_string(Dh) + ", got " + std::to_string(G * Dh + 1);
+            if (which == 5) vs[2] = G * Dh + 1,
+                            keyword = "v_projected width " + std::to_string(G * Dh + 1) + " is not a multiple of num_kv_heads=" + std::to_string(G);
+            if (which == 5 && G == 1) vs[2] = 2 * Dh + 1, heads = kv_heads = 2, ks[2] = 2 * Dh, qs[2] = 2 * Dh,
+                                      keyword = "v_projected width " + std::to_string(2 * Dh + 1) + " is not a multiple of num_kv_heads=2";
+            what = "multi_head_sdpa with q_projected " + to_string(qs) + ", k_projected " + to_string(ks) + ", v_projected " +
+                   to_string(vs) + ", num_heads " + std::to_string(heads) + ", num_kv_heads " + std::to_string(kv_heads);
+            call = [&, qs, ks, vs, heads, kv_heads] {
+                const Tensor<T> q = normal_tensor<T>(qs, rng), k = normal_tensor<T>(ks, rng), v = normal_tensor<T>(vs, rng);
+                (void)multi_head_sdpa(q.view(), k.view(), v.view(), heads, kv_heads);
+            };
+            break;
+        }
         case Refusal::QueryWidth:
             what = "query states of width " + std::to_string(E + 1);
             expected_kind = "ShapeError", keyword = "feature widths";
@@ -116,6 +175,45 @@ Verdict refusal_check(const SdpaCase& c) {
                 (void)module(config).forward_self(xq.view(), std::nullopt, options);
             };
             break;
+        case Refusal::NonFiniteParameter: {
+            // One of the eight parameters, a NaN or an Inf at a random place of it.
+            const char* const names[] = {"q_proj_weight", "k_proj_weight", "v_proj_weight", "out_proj_weight",
+                                         "q_proj_bias",   "k_proj_bias",   "v_proj_bias",   "out_proj_bias"};
+            const std::size_t which = rng.below(8);
+            const bool nan = rng.below(2) == 0;
+            const T bad = nan ? std::numeric_limits<T>::quiet_NaN() : std::numeric_limits<T>::infinity();
+            // k and v project to the kv heads' width G * Dh; the others to E. Every input width is E.
+            const Index rows = which % 4 == 1 || which % 4 == 2 ? G * Dh : E;
+            const Index place = static_cast<Index>(rng.below(static_cast<std::uint64_t>(which < 4 ? rows * E : rows)));
+            const std::string shape = which < 4 ? "[" + std::to_string(rows) + "," + std::to_string(E) + "]" : "[" + std::to_string(rows) + "]";
+            const std::string where = which < 4 ? "row " + std::to_string(place / E) + ", column " + std::to_string(place % E)
+                                                : "index " + std::to_string(place);
+            what = std::string("a ") + (nan ? "NaN" : "Inf") + " in " + names[which] + " at " + where;
+            expected_kind = "ValueError";
+            keyword = std::string("MultiHeadAttention::forward_self: ") + names[which] + " " + shape + " holds " +
+                      (nan ? "nan" : "inf") + " at " + where;
+            call = [&, which, bad, place] {
+                MultiHeadAttention<T> m = module(config);
+                const auto set = [&](TensorView<const T> current, auto setter) {
+                    Tensor<T> p = Tensor<T>::copy_of(current);
+                    p[place] = bad;
+                    (m.*setter)(p.view());
+                };
+                using M = MultiHeadAttention<T>;
+                switch (which) {
+                    case 0: set(m.q_proj_weight(), &M::set_q_proj_weight); break;
+                    case 1: set(m.k_proj_weight(), &M::set_k_proj_weight); break;
+                    case 2: set(m.v_proj_weight(), &M::set_v_proj_weight); break;
+                    case 3: set(m.out_proj_weight(), &M::set_out_proj_weight); break;
+                    case 4: set(m.q_proj_bias(), &M::set_q_proj_bias); break;
+                    case 5: set(m.k_proj_bias(), &M::set_k_proj_bias); break;
+                    case 6: set(m.v_proj_bias(), &M::set_v_proj_bias); break;
+                    default: set(m.out_proj_bias(), &M::set_out_proj_bias); break;
+                }
+                (void)m.forward_self(xq.view());
+            };
+            break;
+        }
         case Refusal::Count: break;
     }
     return refused_with(call, what, expected_kind, keyword);
@@ -128,10 +226,11 @@ Property module_bad_calls_are_refused_with_an_error_naming_them() {
     p.name = "module_bad_calls_are_refused_with_an_error_naming_them";
     p.sentence = "A MultiHeadAttention configuration, setter or forward call the contract refuses (indivisible heads, "
                  "a size of 0, dropout of 1, a packed projection the module cannot take, a bias it has not, a wrong "
-                 "shape, key padding given twice, a negative block size) throws ConfigError or ShapeError with a "
+                 "shape, key padding given twice, a negative block size, a non-finite parameter) throws ConfigError or ShapeError with a "
                  "message naming what is wrong.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::None, .small = true}); };
     p.applies = [](const Implementation& impl) { return impl.name == "mha"; };
+    p.breadth = 4;  // many refusals, one per case, each cheap
     p.check = [](const Implementation&, const SdpaCase& c) -> Verdict {
         return with_dtype(c.dtype, [&]<class T>() -> Verdict { return refusal_check<T>(c); });
     };

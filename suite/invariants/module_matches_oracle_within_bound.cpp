@@ -60,7 +60,12 @@ MultiHeadAttention<T> module_for(const SdpaCase& c, Rng& rng, std::string& sette
     m.set_out_proj_weight(random_tensor<T>({E, E}, a, rng).view());
     if (m.has_bias()) {
         if (G == c.H && rng.below(2)) {
-            m.set_in_proj_bias(random_tensor<T>({3 * E}, 0.5, rng).view());
+            const Tensor<T> packed = random_tensor<T>({3 * E}, 0.5, rng);  // (3E) = [q; k; v]
+            m.set_in_proj_bias(packed.view());
+            for (Index x = 0; x < E; ++x)
+                if (!same_bits(m.q_proj_bias().data()[x], packed[x]) || !same_bits(m.k_proj_bias().data()[x], packed[E + x]) ||
+                    !same_bits(m.v_proj_bias().data()[x], packed[2 * E + x]))
+                    throw ValueError("set_in_proj_bias: parts of the packed bias not where the getters read them");
             setters += ", in_proj_bias";
         } else {
             m.set_q_proj_bias(random_tensor<T>({E}, 0.5, rng).view());

@@ -11,6 +11,7 @@
 #include <rapidcheck.h>
 #include <rapidcheck/detail/Configuration.h>
 
+#include "attn/machine.hpp"
 #include "attn/oracle/metrics.hpp"
 #include "attn/suite/property.hpp"
 #include "checks.hpp"
@@ -45,6 +46,14 @@ TEST_CASE("every property holds for the implementation under test", "[suite]") {
             INFO(p.sentence << "\n" << o.message << (o.reproduce.empty() ? "" : "\nreproduce: " + o.reproduce));
             CHECK(o.passed);
         }
+    }
+    // A run under ATTN_SIMD_TARGET (ctest's properties_tiled_simd_<TARGET>) checked the target it names: the tiled
+    // kernel dispatched there (SCALAR and EMU128 both name the portable fallback).
+    if (const char* forced = std::getenv("ATTN_SIMD_TARGET"); forced != nullptr && *forced != '\0') {
+        const std::string want = forced, got = simd_target();
+        const auto fallback = [](const std::string& t) { return t == "SCALAR" || t == "EMU128"; };
+        INFO("ATTN_SIMD_TARGET=" << want << " but the tiled kernel dispatched to " << got);
+        CHECK((got == want || (fallback(want) && fallback(got))));
     }
 }
 

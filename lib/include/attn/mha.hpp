@@ -20,7 +20,10 @@ struct MhaConfig {
     std::optional<Index> kdim, vdim;     // widths of the key / value memories, default E
     bool bias = true;                    // biases on all four projections
     double dropout = 0.0;                // on the attention weights, in [0, 1), only when MhaOptions::training
-    std::uint64_t dropout_seed = 0;      // the dropout mask is a pure function of (seed, step, b, h, i, j)
+    // The dropout mask is a pure function of (seed, step, b, h, i, j), the same on every machine and thread count:
+    // weight (b, h, i, j) is kept when unit_uniform(m(m(m(seed) ^ step) ^ f)) >= p, with m SplitMix64's finaliser,
+    // unit_uniform the top 53 bits over 2^53 (attn/detail/splitmix64.hpp) and f = ((b H + h) Tq + i) Tk + j.
+    std::uint64_t dropout_seed = 0;
     std::uint64_t init_seed = 0;         // Xavier-uniform initialisation (see MultiHeadAttention's constructor)
 };
 

@@ -49,6 +49,9 @@ struct Property {
     // Whether it applies to an implementation (default: all).
     std::function<bool(const Implementation&)> applies = [](const Implementation&) { return true; };
     int cost = 1;  // relative cost per case; the runner divides the case budget by it
+    // A multiplier of the case budget, for a cheap property that draws one of many kinds of case (refusals): so
+    // that every kind is drawn in every run.
+    int breadth = 1;
 };
 
 // Every property, in the order the mutant table tries them.
