@@ -2,6 +2,8 @@
 // for it, comparisons within the oracle's bound or bitwise, and the case transforms properties build on.
 #pragma once
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -117,7 +119,8 @@ Tensor<T> normal_tensor(const Shape& shape, Rng& rng) {
 }
 
 // A call the contract refuses: it must throw `expected_kind` ("ShapeError", "ConfigError" or "ValueError") with a
-// message containing `keyword`; `what` names the refusal in the verdict.
+// message that starts with the function's name ("name: ...", the library's convention) and contains `keyword`;
+// `what` names the refusal in the verdict.
 template <class Call>
 Verdict refused_with(Call&& call, const std::string& what, const std::string& expected_kind, const std::string& keyword) {
     std::string got_kind, message;
@@ -135,6 +138,10 @@ Verdict refused_with(Call&& call, const std::string& what, const std::string& ex
     }
     if (got_kind != expected_kind) return what + ": expected a " + expected_kind + ", got " + got_kind + ": " + message;
     if (message.find(keyword) == std::string::npos) return what + ": the message does not name '" + keyword + "': " + message;
+    const std::size_t colon = message.find(": ");
+    const auto name_char = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == ':'; };
+    if (colon == std::string::npos || colon == 0 || !std::all_of(message.begin(), message.begin() + static_cast<std::ptrdiff_t>(colon), name_char))
+        return what + ": the message does not start with the function's name: " + message;
     return std::nullopt;
 }
 

@@ -60,7 +60,9 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
                     break;
                 case Corruption::SubnormalScale:
                     options.scale = static_cast<double>(std::numeric_limits<T>::denorm_min()) * 3,
-                    expected_kind = "ConfigError", keyword = "scale";
+                    expected_kind = "ConfigError",
+                    keyword = sizeof(T) == 4 ? "below the normal range of the input dtype (float)"
+                                             : "below the normal range of the input dtype (double)";
                     break;
                 case Corruption::NegativeBlock:
                     options.tiled_key_block = -1, expected_kind = "ConfigError", keyword = "tiled_key_block";
