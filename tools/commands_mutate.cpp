@@ -136,19 +136,31 @@ std::string failing_ctest(const std::string& log) {
     return names;
 }
 
-// " target..." for every program ctest runs under the label `unit` in `build`, read from ctest's own listing: a
-// test is named after its target, or after it plus "_simd_<TARGET>" (attn_add_simd_tests). The listing names no
-// command before the programs are built.
+// " target..." for every program ctest runs under the label `unit` in `build`, read from ctest's own listing: the
+// command's program once built, else the test's name (a test is named after its target, or after it plus
+// "_simd_<TARGET>", attn_add_simd_tests) where that names a target of the build (ninja's phony targets).
 std::string unit_test_targets(const fs::path& build, const fs::path& logs) {
-    const fs::path listing = logs / "unit-tests.json";
-    if (run("ctest --test-dir " + quote(build) + " -L unit --show-only=json-v1 > " + quote(listing) + " 2> /dev/null") != 0) return "";
+    const fs::path listing = logs / "unit-tests.json", phony = logs / "targets.txt";
+    if (run("ctest --test-dir " + quote(build) + " -L unit --show-only=json-v1 > " + quote(listing) + " 2> /dev/null") != 0 ||
+        run("ninja -C " + quote(build) + " -t targets all > " + quote(phony) + " 2> /dev/null") != 0)
+        return "";
+    std::set<std::string> known;
+    {
+        std::istringstream in(read_file(phony));
+        for (std::string line; std::getline(in, line);)
+            if (const auto at = line.find(": phony"); at != std::string::npos) known.insert(line.substr(0, at));
+    }
     std::set<std::string> targets;
     std::ifstream in(listing);
     const json tests = json::parse(in);
     for (const json& t : tests.at("tests")) {
+        if (t.contains("command") && !t.at("command").empty() && !t.at("command")[0].get<std::string>().empty()) {
+            targets.insert(fs::path(t.at("command")[0].get<std::string>()).filename().string());
+            continue;
+        }
         std::string name = t.at("name").get<std::string>();
         if (const auto at = name.find("_simd_"); at != std::string::npos) name = name.substr(0, at);
-        targets.insert(name);
+        if (known.count(name)) targets.insert(name);
     }
     std::string out;
     for (const std::string& t : targets) out += " " + t;
@@ -290,7 +302,11 @@ std::string summary_markdown(const json& s) {
     const json& t = s.at("seconds");
     o << "\nMeasured: " << fixed(t.at("total").get<double>(), 0) << " s in all (scratch build " << fixed(t.at("setup").get<double>(), 0)
       << " s, unmutated suite " << fixed(t.at("baseline").get<double>(), 0) << " s, mutants "
-      << fixed(t.at("mutants").get<double>(), 0) << " s) on " << s.at("cores").get<int>() << " cores.\n";
+      << fixed(t.at("mutants").get<double>(), 0) << " s) on " << s.at("cores").get<int>() << " cores";
+    if (s.contains("rerun_seconds"))
+        o << "; then `--rerun-survivors` ran the " << s.at("rerun_mutants").get<int>() << " survivors and equivalents again in "
+          << fixed(s.at("rerun_seconds").at("total").get<double>(), 0) << " s";
+    o << ".\n";
     return o.str();
 }
 
@@ -301,7 +317,7 @@ Action add_mutate_command(CLI::App& app) {
     static double min_score = 95;
     static std::vector<std::string> only;
     static std::string file_filter, out_dir;
-    static bool list = false, list_all = false;
+    static bool list = false, list_all = false, rerun = false;
     auto* cmd = app.add_subcommand(
         "mutate", "The property suite against automatic mutations of lib/src, one at a time in a scratch copy "
                   "(build/mutate); writes the mutation score and every survivor to reports/mutation/");
@@ -312,6 +328,9 @@ Action add_mutate_command(CLI::App& app) {
     cmd->add_option("--only", only, "Only the mutants with these ids (repeatable)");
     cmd->add_option("--min-score", min_score, "Exit 1 when the score (percent) is below this (default 95)");
     cmd->add_option("--out", out_dir, "Directory for summary.md and summary.json (default: reports/mutation)");
+    cmd->add_flag("--rerun-survivors", rerun,
+                  "Run again only the mutants the last summary (in --out) lists as surviving the properties or as "
+                  "equivalent, keeping its other results: the triage loop after a property changed");
     cmd->add_flag("--list", list, "List the sampled mutants and stop");
     cmd->add_flag("--list-all", list_all, "List every candidate mutant and stop");
     return [cmd]() -> int {
@@ -354,11 +373,39 @@ Action add_mutate_command(CLI::App& app) {
         }
         const std::map<std::string, std::string> equivalents = read_equivalents(source / equivalents_file);
 
+        // With --rerun-survivors: the last summary's results, which must be of this very sample.
+        std::map<std::string, json> previous;
+        json previous_summary;
+        std::vector<Mutant> runlist = chosen;
+        if (rerun) {
+            const fs::path last = out / "summary.json";
+            if (!fs::is_regular_file(last)) {
+                std::cerr << "attn mutate: --rerun-survivors needs the summary of a whole run in " << last.string() << "\n";
+                return 2;
+            }
+            std::ifstream in(last);
+            previous_summary = json::parse(in);
+            for (const json& r : previous_summary.at("mutants")) previous[r.at("id").get<std::string>()] = r;
+            std::vector<std::string> missing;
+            for (const Mutant& m : chosen)
+                if (!previous.count(m.id)) missing.push_back(m.id);
+            if (!missing.empty() || previous.size() != chosen.size()) {
+                std::cerr << "attn mutate: the sample is not the one of " << last.string() << " (" << missing.size()
+                          << " of its mutants are new: lib/src changed, or the options differ); run the whole sample\n";
+                return 2;
+            }
+            runlist.clear();
+            for (const Mutant& m : chosen) {
+                const std::string status = previous.at(m.id).at("status").get<std::string>();
+                if (status == "survived" || status == "unit" || status == "equivalent") runlist.push_back(m);
+            }
+        }
+
         // 2. The scratch copies (one per worker), configured and built once (incremental between runs).
         const fs::path root = source / "build" / "mutate", logs = root / "logs";
         fs::remove_all(logs);
         fs::create_directories(logs);
-        const std::size_t workers = std::max<std::size_t>(1, std::min(worker_count, chosen.size()));
+        const std::size_t workers = std::max<std::size_t>(1, std::min(worker_count, runlist.size()));
         // Each worker builds with one job when there are several: the workers are the parallelism.
         const std::string build_jobs = workers > 1 ? "1" : jobs();
         std::vector<Worker> ws(workers);
@@ -433,7 +480,7 @@ Action add_mutate_command(CLI::App& app) {
         const double baseline_seconds = seconds_since(t0);
 
         // 4. The mutants: each worker takes the next one not yet taken.
-        std::vector<json> results(chosen.size());
+        std::vector<json> fresh(runlist.size());
         std::mutex lock;
         std::size_t next = 0, done = 0;
         t0 = std::chrono::steady_clock::now();
@@ -442,13 +489,13 @@ Action add_mutate_command(CLI::App& app) {
                 std::size_t i;
                 {
                     std::lock_guard<std::mutex> g(lock);
-                    if (next == chosen.size()) return;
+                    if (next == runlist.size()) return;
                     i = next++;
                 }
-                results[i] = run_mutant(k, chosen[i], texts.at(chosen[i].file), limit, equivalents, logs);
+                fresh[i] = run_mutant(k, runlist[i], texts.at(runlist[i].file), limit, equivalents, logs);
                 std::lock_guard<std::mutex> g(lock);
-                const json& r = results[i];
-                std::cout << "[" << ++done << "/" << chosen.size() << "] " << r.at("id").get<std::string>() << " "
+                const json& r = fresh[i];
+                std::cout << "[" << ++done << "/" << runlist.size() << "] " << r.at("id").get<std::string>() << " "
                           << r.at("file").get<std::string>() << ":" << r.at("line").get<int>() << " " << r.at("op").get<std::string>()
                           << " " << r.at("change").get<std::string>() << ": " << r.at("status").get<std::string>()
                           << (r.at("killed_by").get<std::string>().empty() ? "" : " (" + r.at("killed_by").get<std::string>() + ")")
@@ -460,9 +507,14 @@ Action add_mutate_command(CLI::App& app) {
         work(ws[0]);
         for (std::thread& t : threads) t.join();
         // The scratch builds back to the unmutated sources.
-        if (!chosen.empty())
+        if (!runlist.empty())
             for (const Worker& k : ws) (void)run(k.cd + k.build + " > /dev/null 2>&1");
         const double mutant_seconds = seconds_since(t0);
+        // The results in the sample's order: this run's, and the last summary's for the mutants not run again.
+        std::map<std::string, json> by_id;
+        for (const json& r : fresh) by_id[r.at("id").get<std::string>()] = r;
+        std::vector<json> results;
+        for (const Mutant& m : chosen) results.push_back(by_id.count(m.id) ? by_id.at(m.id) : previous.at(m.id));
         std::map<std::string, json> per_file;
         for (const auto& [file, text] : texts)
             per_file[file] = {{"file", file}, {"candidates", 0}, {"run", 0}, {"killed", 0}, {"unit", 0}, {"survived", 0}, {"equivalent", 0}, {"stillborn", 0}};
@@ -496,8 +548,14 @@ Action add_mutate_command(CLI::App& app) {
         s["mutants"] = json(results);
         s["cores"] = std::stoi(jobs());
         s["workers"] = workers;
-        s["seconds"] = {{"setup", setup_seconds}, {"baseline", baseline_seconds}, {"mutants", mutant_seconds},
-                        {"total", seconds_since(t_start)}};
+        const json this_run = {{"setup", setup_seconds}, {"baseline", baseline_seconds}, {"mutants", mutant_seconds},
+                               {"total", seconds_since(t_start)}};
+        // A rerun keeps the whole run's times (the cost of the sample) and adds its own.
+        s["seconds"] = rerun ? previous_summary.at("seconds") : this_run;
+        if (rerun) {
+            s["rerun_seconds"] = this_run;
+            s["rerun_mutants"] = runlist.size();
+        }
         // Entries of the equivalents list that no candidate has any more (the line changed): stale.
         std::vector<std::string> stale;
         for (const auto& [id, reason] : equivalents)

@@ -26,6 +26,8 @@ Property module_matches_oracle_within_bound();
 Property dropout_zeroes_or_rescales_each_weight_exactly();
 Property module_bad_calls_are_refused_with_an_error_naming_them();
 Property key_padding_mask_allows_exactly_the_tokens_that_are_not_pad();
+Property degenerate_sizes_give_their_limits();
+Property strided_inputs_give_the_bits_of_contiguous_ones();
 
 const std::vector<Property>& properties() {
     static const std::vector<Property> all = {
@@ -52,6 +54,8 @@ const std::vector<Property>& properties() {
         dropout_zeroes_or_rescales_each_weight_exactly(),
         module_bad_calls_are_refused_with_an_error_naming_them(),
         key_padding_mask_allows_exactly_the_tokens_that_are_not_pad(),
+        degenerate_sizes_give_their_limits(),
+        strided_inputs_give_the_bits_of_contiguous_ones(),
     };
     return all;
 }

@@ -1,0 +1,68 @@
+// Invariant 23: the layout of q, k and v in memory is not part of the input: views with every stride doubled
+// (gaps between elements) or with their last two dims transposed (column-major matrices) give bitwise the output of
+// the contiguous tensors. The generators pass contiguous tensors, so without this property the kernels' strided
+// reads (the element stride of a row, the row stride) would be unchecked.
+#include "../checks.hpp"
+
+namespace attn::suite {
+
+namespace {
+
+// A copy of view `t` laid out as `layout` says (0 contiguous, 1 every stride doubled, 2 last two dims transposed),
+// kept alive in `storage`; the new view reads the same values as `t`. Broadcast dims (stride 0, the grouped-query
+// layout's) stay broadcast.
+template <class T>
+TensorView<const T> relaid(TensorView<const T> t, int layout, std::vector<T>& storage) {
+    const Shape& shape = t.shape();
+    const Index rank = static_cast<Index>(shape.size());
+    Shape stored = shape;  // the dims that take memory
+    for (Index d = 0; d < rank; ++d)
+        if (t.stride(d) == 0) stored[static_cast<std::size_t>(d)] = 1;
+    Shape strides = contiguous_strides(stored);
+    if (layout == 1) {
+        for (Index& s : strides) s *= 2;
+    } else if (layout == 2 && rank >= 2) {
+        // The last two dims column-major within each matrix: element (r, c) of an (R, C) matrix at c * R + r.
+        strides[static_cast<std::size_t>(rank - 1)] = stored[static_cast<std::size_t>(rank - 2)];
+        strides[static_cast<std::size_t>(rank - 2)] = 1;
+    }
+    for (Index d = 0; d < rank; ++d)
+        if (t.stride(d) == 0) strides[static_cast<std::size_t>(d)] = 0;
+    storage.assign(static_cast<std::size_t>(std::max<Index>(1, 2 * numel(stored))), T(0));
+    TensorView<T> view(storage.data(), shape, strides);
+    for_each_index(shape, [&](std::span<const Index> idx) { view.at(idx) = t.at(idx); });
+    return view;
+}
+
+}  // namespace
+
+Property strided_inputs_give_the_bits_of_contiguous_ones() {
+    Property p;
+    p.name = "strided_inputs_give_the_bits_of_contiguous_ones";
+    p.sentence = "q, k and v as strided views (gaps between elements, or column-major matrices) give bitwise the output "
+                 "of the same values stored contiguously.";
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {}); };
+    p.applies = [](const Implementation& impl) {
+        return impl.name == "reference" || impl.name == "tiled" || impl.name == "tiled_small_blocks" || impl.name == "mha";
+    };
+    p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
+        Rng rng(c.aux_seed);
+        const int lq = static_cast<int>(rng.below(3)), lk = static_cast<int>(rng.below(3)), lv = static_cast<int>(rng.below(3));
+        if (lq + lk + lv == 0) return std::nullopt;  // all contiguous: nothing to compare
+        return with_dtype(c.dtype, [&]<class T>() -> Verdict {
+            const CaseInputs<T> in = make_inputs<T>(c);
+            std::vector<T> sq, sk, sv;
+            const TensorView<const T> q = relaid(in.q_view, lq, sq), k = relaid(in.k_view, lk, sk), v = relaid(in.v_view, lv, sv);
+            const char* names[] = {"contiguous", "strides doubled", "transposed"};
+            const std::string what = std::string("q ") + names[lq] + ", k " + names[lk] + ", v " + names[lv];
+            return guarded(what, [&]() -> Verdict {
+                const SdpaResult<T> strided = impl.run<T>(q, k, v, in.allowed_view, c.options);
+                const SdpaResult<T> plain = impl.run<T>(in.q_view, in.k_view, in.v_view, in.allowed_view, c.options);
+                return bitwise_equal(c, strided.output, plain.output, what + " vs contiguous");
+            });
+        });
+    };
+    return p;
+}
+
+}  // namespace attn::suite
