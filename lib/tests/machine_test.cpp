@@ -150,11 +150,19 @@ TEST_CASE("the fingerprint's cpu is /proc/cpuinfo's vendor and model name, and i
     CHECK(a.id() == prefix + "-" + hex);
 }
 
-// Run by ctest as attn_machine_env_test, in a process of its own with ATTN_SIMD_TARGET=SCALAR (hidden otherwise):
-// the environment applies once, at the first dispatch, unless the program forced a target before.
-TEST_CASE("ATTN_SIMD_TARGET cannot override a target the program forced first", "[.env]") {
-    const char* forced = std::getenv("ATTN_SIMD_TARGET");
-    REQUIRE(forced != nullptr);
+// The environment's SIMD target, read by the library itself at its first dispatch. Each test runs in a process of
+// its own (ctest: attn_machine_env_*_test; hidden otherwise), started without ATTN_SIMD_TARGET so that this file's
+// main forces nothing: the test sets the variable before anything dispatches.
+TEST_CASE("ATTN_SIMD_TARGET forces the target at the first dispatch", "[.env-applies]") {
+    REQUIRE(std::getenv("ATTN_SIMD_TARGET") == nullptr);
+    setenv("ATTN_SIMD_TARGET", "SCALAR", 1);
+    const std::string got = simd_target();  // the first dispatch of this process
+    CHECK((got == "SCALAR" || got == "EMU128"));
+}
+
+TEST_CASE("ATTN_SIMD_TARGET cannot override a target the program forced first", "[.env-forced-first]") {
+    REQUIRE(std::getenv("ATTN_SIMD_TARGET") == nullptr);
+    setenv("ATTN_SIMD_TARGET", "SCALAR", 1);
     const std::vector<std::string> usable = simd_targets();
     REQUIRE(!usable.empty());
     force_simd_target(usable.front());

@@ -28,6 +28,8 @@ Property module_bad_calls_are_refused_with_an_error_naming_them();
 Property key_padding_mask_allows_exactly_the_tokens_that_are_not_pad();
 Property degenerate_sizes_give_their_limits();
 Property strided_inputs_give_the_bits_of_contiguous_ones();
+Property head_path_gives_the_bits_of_sdpa();
+Property a_row_of_minus_infinite_logits_is_nan();
 
 const std::vector<Property>& properties() {
     static const std::vector<Property> all = {
@@ -56,6 +58,8 @@ const std::vector<Property>& properties() {
         key_padding_mask_allows_exactly_the_tokens_that_are_not_pad(),
         degenerate_sizes_give_their_limits(),
         strided_inputs_give_the_bits_of_contiguous_ones(),
+        head_path_gives_the_bits_of_sdpa(),
+        a_row_of_minus_infinite_logits_is_nan(),
     };
     return all;
 }

@@ -55,7 +55,8 @@ Verdict refusal_check(const SdpaCase& c) {
             const char* const sizes[] = {"embed_dim", "num_heads", "num_kv_heads", "kdim", "vdim"};
             const std::size_t which = rng.below(5);
             what = std::string(sizes[which]) + " 0";
-            if (which == 0) config.embed_dim = 0;
+            // kdim and vdim given, so that they do not default to the zero embed_dim (which would refuse it too).
+            if (which == 0) config.embed_dim = 0, config.kdim = E, config.vdim = E;
             if (which == 1) config.num_heads = 0;
             if (which == 2) config.num_kv_heads = 0;
             if (which == 3) config.kdim = 0;
