@@ -5,7 +5,7 @@
 // the wrong shape, a query whose feature width is not embed_dim, forward_cross on a module whose kdim and vdim
 // differ, key padding given in both conventions, a negative tiled block size, a parameter holding NaN or Inf with
 // check_finite on (named with its shape, the value and its row and column, or its index for a bias), and the head
-// path (multi_head_sdpa) given projected states whose shapes or head counts disagree.
+// path (multi_head_sdpa) given projected states whose shapes or head counts disagree, or a negative block size.
 // bad_calls_are_refused_with_an_error_naming_them does the same for SDPA; this one reaches the module's own checks,
 // which the generators of valid calls never do.
 #include <functional>
@@ -120,7 +120,8 @@ Verdict refusal_check(const SdpaCase& c) {
             // multi_head_sdpa, the head path on projected states, given inconsistent shapes: one of six.
             Shape qs{B, Tq, H * Dh}, ks{B, Tk, G * Dh}, vs{B, Tk, G * Dh};
             Index heads = H, kv_heads = G;
-            const std::uint64_t which = rng.below(6);
+            const std::uint64_t which = rng.below(7);
+            MhaOptions head_options;
             expected_kind = "ShapeError";
             if (which == 0) {
                 heads = G == 1 ? 3 : G + 1, kv_heads = G == 1 ? 2 : G;
@@ -136,11 +137,13 @@ Verdict refusal_check(const SdpaCase& c) {
                             keyword = "v_projected width " + std::to_string(G * Dh + 1) + " is not a multiple of num_kv_heads=" + std::to_string(G);
             if (which == 5 && G == 1) vs[2] = 2 * Dh + 1, heads = kv_heads = 2, ks[2] = 2 * Dh, qs[2] = 2 * Dh,
                                       keyword = "v_projected width " + std::to_string(2 * Dh + 1) + " is not a multiple of num_kv_heads=2";
-            what = "multi_head_sdpa with q_projected " + to_string(qs) + ", k_projected " + to_string(ks) + ", v_projected " +
+            if (which == 6) head_options.tiled_key_block = -1, expected_kind = "ConfigError",
+                            keyword = "tiled_query_block and tiled_key_block must be >= 0";
+            what = std::string(which == 6 ? "tiled_key_block -1: " : "") + "multi_head_sdpa with q_projected " + to_string(qs) + ", k_projected " + to_string(ks) + ", v_projected " +
                    to_string(vs) + ", num_heads " + std::to_string(heads) + ", num_kv_heads " + std::to_string(kv_heads);
-            call = [&, qs, ks, vs, heads, kv_heads] {
+            call = [&, qs, ks, vs, heads, kv_heads, head_options] {
                 const Tensor<T> q = normal_tensor<T>(qs, rng), k = normal_tensor<T>(ks, rng), v = normal_tensor<T>(vs, rng);
-                (void)multi_head_sdpa(q.view(), k.view(), v.view(), heads, kv_heads);
+                (void)multi_head_sdpa(q.view(), k.view(), v.view(), heads, kv_heads, std::nullopt, head_options);
             };
             break;
         }
