@@ -176,6 +176,12 @@ inline SdpaCase with_identity_values(const SdpaCase& c) {
 // must not reach both sides. It shares only the causal rule (attn::causal_allows) and TensorView::broadcast_to.
 Tensor<bool> expanded_allowed(const SdpaCase& c);
 
+// The library's own paths among the implementations (its two backends, the tiled one with small blocks, and the
+// module's head path), for properties of sizes and inputs the test kernels of kernels/ do not implement.
+inline bool is_library_path(const Implementation& impl) {
+    return impl.name == "reference" || impl.name == "tiled" || impl.name == "tiled_small_blocks" || impl.name == "mha";
+}
+
 // Runs f, turning an attn::Error or any other exception into a verdict naming it.
 template <class F>
 Verdict guarded(const std::string& what, F&& f) {

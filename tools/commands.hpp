@@ -50,6 +50,8 @@ std::string jobs();
 // A path single-quoted for the shell, and the seconds since t0.
 std::string quote(const std::filesystem::path& p);
 double seconds_since(std::chrono::steady_clock::time_point t0);
+// x with `digits` digits after the point, for the commands' summaries.
+std::string fixed(double x, int digits);
 
 using Action = std::function<int()>;
 

@@ -42,12 +42,6 @@ const std::vector<Snapshot> snapshots = {
     {"properties+fuzz", "properties + fuzz replay", "-L fuzz -LE fuzz-smoke -E valgrind"},
 };
 
-std::string fixed(double x, int digits) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.*f", digits, x);
-    return buf;
-}
-
 // Deletes every .gcda file below `dir`: the counters start from zero.
 int zero_counters(const fs::path& dir) {
     int removed = 0;

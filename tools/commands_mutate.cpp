@@ -182,12 +182,6 @@ std::map<std::string, std::string> read_equivalents(const fs::path& p) {
     return out;
 }
 
-std::string fixed(double x, int digits) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.*f", digits, x);
-    return buf;
-}
-
 // One scratch copy of the sources with its build, and the commands that build and test it.
 struct Worker {
     fs::path copy, build_dir, program;

@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -25,6 +26,12 @@ std::string quote(const std::filesystem::path& p) { return "'" + p.string() + "'
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string fixed(double x, int digits) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+    return buf;
 }
 
 std::string jobs() {

@@ -14,9 +14,7 @@ Property degenerate_sizes_give_their_limits() {
                  "and Tq = 0 or B = 0 gives an output with no elements, never an error.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.small = true}); };
     // The library's paths; the test kernels of kernels/ implement only the sizes the generators draw.
-    p.applies = [](const Implementation& impl) {
-        return impl.name == "reference" || impl.name == "tiled" || impl.name == "tiled_small_blocks" || impl.name == "mha";
-    };
+    p.applies = is_library_path;
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         Rng rng(c.aux_seed);
         SdpaCase z = c;

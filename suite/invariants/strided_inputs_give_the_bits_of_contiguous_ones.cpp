@@ -44,9 +44,7 @@ Property strided_inputs_give_the_bits_of_contiguous_ones() {
     p.sentence = "q, k and v as strided views (gaps between elements, or column-major matrices) give bitwise the output "
                  "of the same values stored contiguously, and a NaN among them the same refusal.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {}); };
-    p.applies = [](const Implementation& impl) {
-        return impl.name == "reference" || impl.name == "tiled" || impl.name == "tiled_small_blocks" || impl.name == "mha";
-    };
+    p.applies = is_library_path;
     p.check = [](const Implementation& impl, const SdpaCase& c0) -> Verdict {
         Rng rng(c0.aux_seed);
         const int lq = static_cast<int>(rng.below(3)), lk = static_cast<int>(rng.below(3)), lv = static_cast<int>(rng.below(3));
