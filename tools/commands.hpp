@@ -52,6 +52,8 @@ std::string quote(const std::filesystem::path& p);
 double seconds_since(std::chrono::steady_clock::time_point t0);
 // x with `digits` digits after the point, for the commands' summaries.
 std::string fixed(double x, int digits);
+// The whole contents of a file ("" when it cannot be read).
+std::string read_text(const std::filesystem::path& p);
 
 using Action = std::function<int()>;
 

@@ -51,13 +51,6 @@ std::pair<int, std::string> capture(const std::string& command) {
     return {exit_code(pclose(pipe)), output};
 }
 
-std::string read_text(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 std::string utc_now(const char* format) {
     const std::time_t t = std::time(nullptr);
     std::tm tm{};

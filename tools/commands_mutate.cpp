@@ -63,13 +63,6 @@ std::vector<const Stage*> stage_order(const std::string& file) {
     return order;
 }
 
-std::string read_file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 // Writes `text` to `p` (a fresh modification time, so the build sees the change).
 void write_file(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
@@ -86,8 +79,8 @@ int sync_tree(const fs::path& src, const fs::path& dst) {
         if (it->is_directory()) {
             fs::create_directories(dst / rel);
         } else if (it->is_regular_file()) {
-            const std::string text = read_file(it->path());
-            if (!fs::exists(dst / rel) || read_file(dst / rel) != text) {
+            const std::string text = read_text(it->path());
+            if (!fs::exists(dst / rel) || read_text(dst / rel) != text) {
                 write_file(dst / rel, text);
                 fs::permissions(dst / rel, fs::status(it->path()).permissions());
                 ++written;
@@ -146,7 +139,7 @@ std::string unit_test_targets(const fs::path& build, const fs::path& logs) {
         return "";
     std::set<std::string> known;
     {
-        std::istringstream in(read_file(phony));
+        std::istringstream in(read_text(phony));
         for (std::string line; std::getline(in, line);)
             if (const auto at = line.find(": phony"); at != std::string::npos) known.insert(line.substr(0, at));
     }
@@ -170,7 +163,7 @@ std::string unit_test_targets(const fs::path& build, const fs::path& logs) {
 // suite/equivalent_mutants.txt: "<id> <what and why>" per line, '#' comments.
 std::map<std::string, std::string> read_equivalents(const fs::path& p) {
     std::map<std::string, std::string> out;
-    std::istringstream in(read_file(p));
+    std::istringstream in(read_text(p));
     for (std::string line; std::getline(in, line);) {
         const auto b = line.find_first_not_of(" \t");
         if (b == std::string::npos || line[b] == '#') continue;
@@ -211,7 +204,7 @@ json run_mutant(Worker& k, const Mutant& m, const std::string& text, const std::
                                  s->environment + " " + quote(k.program) + " " + s->arguments + " --abort > " + quote(log) + " 2>&1");
             if (code == 0) continue;
             status = "killed";
-            const std::string property = failing_property(read_file(log));
+            const std::string property = failing_property(read_text(log));
             detail = s->name + ": " + (code == 124 || code == 137 ? "timed out"
                                        : code > 128              ? "crashed (signal " + std::to_string(code - 128) + ")"
                                        : property.empty()        ? "failed (exit " + std::to_string(code) + ")"
@@ -229,7 +222,7 @@ json run_mutant(Worker& k, const Mutant& m, const std::string& text, const std::
                                        " >> " + quote(log) + " 2>&1");
             if (code != 0) {
                 status = "unit";
-                detail = "unit tests: " + failing_ctest(read_file(log));
+                detail = "unit tests: " + failing_ctest(read_text(log));
                 if (equivalents.count(m.id)) detail += "; listed in " + equivalents_file + " as equivalent, wrongly";
             } else if (equivalents.count(m.id)) {
                 status = "equivalent";
@@ -343,7 +336,7 @@ Action add_mutate_command(CLI::App& app) {
         for (const fs::path& p : files) {
             const std::string rel = fs::relative(p, source).string();
             if (!file_filter.empty() && rel.find(file_filter) == std::string::npos) continue;
-            texts[rel] = read_file(p);
+            texts[rel] = read_text(p);
             for (Mutant& m : mutate::find_mutants(rel, texts[rel])) all.push_back(std::move(m));
         }
         std::vector<Mutant> chosen;

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <string>
 
@@ -32,6 +34,13 @@ std::string fixed(double x, int digits) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.*f", digits, x);
     return buf;
+}
+
+std::string read_text(const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
 }
 
 std::string jobs() {
