@@ -133,6 +133,8 @@ Verdict refused_with(Call&& call, const std::string& what, const std::string& ex
         got_kind = "ConfigError", message = e.what();
     } catch (const ValueError& e) {
         got_kind = "ValueError", message = e.what();
+    } catch (const Unsupported&) {
+        throw;  // the case is skipped, not judged
     } catch (const std::exception& e) {
         got_kind = "another exception", message = e.what();
     }
@@ -187,6 +189,8 @@ template <class F>
 Verdict guarded(const std::string& what, F&& f) {
     try {
         return f();
+    } catch (const Unsupported&) {
+        throw;  // the case is skipped, not judged
     } catch (const std::exception& e) {
         return what + " threw: " + e.what();
     }

@@ -1,6 +1,8 @@
 // The implementation registry: the library's backends and paths by name, then the mutants.
 #include "attn/suite/registry.hpp"
 
+#include <deque>
+
 #include "attn/detail/mha_sdpa_path.hpp"
 #include "attn/error.hpp"
 #include "attn/mha.hpp"
@@ -129,11 +131,41 @@ std::vector<const Implementation*> mutants() {
     return r;
 }
 
-const Implementation& implementation(const std::string& name) {
+namespace {
+// External kernels loaded so far (a deque: references stay valid as more are loaded).
+std::deque<Implementation>& externals() {
+    static std::deque<Implementation> loaded;
+    return loaded;
+}
+}  // namespace
+
+Implementation external_implementation(const std::string& path, double timeout_seconds);  // external.cpp
+
+const Implementation& load_external(const std::string& path, double timeout_seconds) {
+    Implementation impl = external_implementation(path, timeout_seconds);
+    if (const Implementation* same = find_implementation(impl.name)) {
+        if (same->kernel_path == impl.kernel_path) return *same;
+        throw ConfigError("suite: kernel " + path + " is named " + impl.name + ", as " +
+                          (same->kernel_path.empty() ? "one of the suite's own implementations" : "kernel " + same->kernel_path) +
+                          " already is; names must be unique");
+    }
+    externals().push_back(std::move(impl));
+    return externals().back();
+}
+
+const Implementation* find_implementation(const std::string& name) {
     for (const Implementation& i : implementations())
-        if (i.name == name) return i;
+        if (i.name == name) return &i;
+    for (const Implementation& i : externals())
+        if (i.name == name) return &i;
+    return nullptr;
+}
+
+const Implementation& implementation(const std::string& name) {
+    if (const Implementation* i = find_implementation(name)) return *i;
     std::string known;
     for (const Implementation& i : implementations()) known += " " + i.name;
+    for (const Implementation& i : externals()) known += " " + i.name;
     throw ConfigError("suite: no implementation named '" + name + "'; known:" + known);
 }
 

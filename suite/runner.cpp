@@ -115,12 +115,16 @@ Tensor<bool> expanded_allowed(const SdpaCase& c) {
 Verdict check_case(const Property& p, const Implementation& impl, const SdpaCase& c) {
     try {
         return p.check(impl, c);
+    } catch (const Unsupported&) {
+        throw;  // the runner skips the case
     } catch (const std::exception& e) {
         return std::string("the check threw: ") + e.what();
     }
 }
 
-std::string replay_command(const std::string& case_file) { return "./attn properties --replay '" + case_file + "'"; }
+std::string replay_command(const std::string& case_file, const std::string& kernel_path) {
+    return "./attn properties " + (kernel_path.empty() ? "" : "--kernel '" + kernel_path + "' ") + "--replay '" + case_file + "'";
+}
 
 std::string describe_settings(const RunSettings& s) {
     return "RapidCheck seed " + std::to_string(s.seed) + " (reproduce with RC_PARAMS=\"seed=" + std::to_string(s.seed) +
@@ -155,16 +159,29 @@ public:
 RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dtype, const RunSettings& settings) {
     const auto t0 = std::chrono::steady_clock::now();
     RunOutcome out;
+    if (const auto no = impl.dtype_unsupported.find(dtype); no != impl.dtype_unsupported.end()) {
+        out.passed = out.skipped_all = true;
+        out.skipped[no->second] = 0;
+        out.message = "skipped: " + no->second;
+        return out;
+    }
     const rc::Gen<SdpaCase> gen = p.generator(dtype);
-    std::set<Regime> hit;
+    std::set<Regime> hit, hit_by_skipped;  // regimes of the cases judged, and of the cases skipped
     std::optional<std::pair<SdpaCase, std::string>> last_failure;
     int evaluated = 0;
     const auto body = [&] {
         const SdpaCase c = *gen;
         ++evaluated;
-        if (!p.required.empty())
-            for (Regime r : classify(c)) hit.insert(r);
-        const Verdict v = check_case(p, impl, c);
+        const std::set<Regime> regimes = p.required.empty() ? std::set<Regime>{} : classify(c);
+        Verdict v;
+        try {
+            v = check_case(p, impl, c);
+        } catch (const Unsupported& e) {
+            ++out.skipped[e.what()];
+            hit_by_skipped.insert(regimes.begin(), regimes.end());
+            RC_DISCARD("unsupported");
+        }
+        hit.insert(regimes.begin(), regimes.end());
         if (v) {
             last_failure = {c, *v};  // shrinking moves to every failing candidate: the last one is the minimum
             RC_FAIL(config_string(c, impl.name) + ": " + *v);
@@ -177,6 +194,8 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
     params.maxSuccess = std::max(1, settings.cases * std::max(1, p.breadth) / std::max(1, p.cost));
     params.maxSize = std::min(settings.max_size, 100);
     params.disableShrinking = !settings.shrink;
+    // An implementation that skips what it does not support may skip most of a property's cases.
+    if (!impl.kernel_path.empty()) params.maxDiscardRatio = 100;
     // Coverage contract: the regimes must be hit within the budget, topped up to eight times the budget with
     // fresh seeds before the run fails. The generator weights reach each regime with probability >= 5% per case
     // (the rarest, a rank-3 mask, about 7.7%: 3/13 random masks x 1/3 ranks), so a correct generator misses one of
@@ -205,9 +224,17 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
                     file.note = "found by the suite (seed " + std::to_string(params.seed) + "): " + last_failure->second;
                     file.source = "found by the suite";
                     out.case_file = write_case_file(file, settings.regressions_dir);
-                    out.reproduce = replay_command(out.case_file);
+                    out.reproduce = replay_command(out.case_file, impl.kernel_path);
                 }
             }
+            return out;
+        }
+        if (result.template is<rc::detail::GaveUpResult>() && !out.skipped.empty() &&
+            result.template get<rc::detail::GaveUpResult>().numSuccess == 0) {
+            out.passed = true;
+            out.skipped_all = true;
+            out.message = "skipped: every case needs what the implementation does not support";
+            out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             return out;
         }
         if (!result.template is<rc::detail::SuccessResult>()) {
@@ -225,6 +252,11 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
         if (missing.empty() || !settings.enforce_coverage) break;
     }
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // A regime that only skipped cases reached is out of the implementation's reach, not lost by the generator.
+    std::set<Regime> out_of_reach;
+    for (Regime r : missing)
+        if (hit_by_skipped.count(r)) out_of_reach.insert(r);
+    for (Regime r : out_of_reach) missing.erase(r);
     if (!missing.empty() && settings.enforce_coverage) {
         out.passed = false;
         out.message = "coverage contract not met after " + std::to_string(out.cases) + " cases; never reached:";
@@ -233,37 +265,46 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
     }
     out.passed = true;
     out.message = std::to_string(out.cases) + " cases";
-    if (!p.required.empty()) out.message += ", coverage contract met (" + std::to_string(p.required.size()) + " regimes)";
+    if (!p.required.empty()) {
+        out.message += ", coverage contract met (" + std::to_string(p.required.size() - out_of_reach.size()) + " regimes";
+        if (!out_of_reach.empty()) {
+            out.message += "; reached only by skipped cases:";
+            for (Regime r : out_of_reach) out.message += std::string(" [") + to_string(r) + "]";
+        }
+        out.message += ")";
+    }
     return out;
 }
 
 std::vector<std::string> replay_case(const CaseFile& file, std::vector<std::string>* skipped) {
     std::vector<std::string> problems;
     const Property& p = property(file.property);
-    const auto verdict = [&](const Implementation& impl) { return check_case(p, impl, file.sdpa); };
+    // A case outside what an implementation supports is reported as skipped for it, and judged nowhere.
+    const auto verdict = [&](const Implementation& impl) -> Verdict {
+        try {
+            return check_case(p, impl, file.sdpa);
+        } catch (const Unsupported& e) {
+            if (skipped) skipped->push_back(impl.name + " (" + e.what() + ")");
+            return std::nullopt;
+        }
+    };
     std::vector<const Implementation*> targets;
     if (file.implementation == "*") {
         targets = correct_implementations();
     } else {
-        const auto& all = implementations();
-        const auto it = std::find_if(all.begin(), all.end(), [&](const Implementation& i) { return i.name == file.implementation; });
-        if (it == all.end()) {
-            if (skipped) skipped->push_back(file.implementation);
-        } else {
-            targets.push_back(&*it);
-        }
+        if (const Implementation* impl = find_implementation(file.implementation)) targets.push_back(impl);
+        else if (skipped) skipped->push_back(file.implementation);
     }
     for (const Implementation* impl : targets)
         if (const Verdict v = verdict(*impl))
             problems.push_back(p.name + " fails for " + impl->name + " on " + config_string(file.sdpa, impl->name) + ": " + *v);
     for (const std::string& name : file.kills) {
-        const auto& all = implementations();
-        const auto it = std::find_if(all.begin(), all.end(), [&](const Implementation& i) { return i.name == name; });
-        if (it == all.end()) {
+        const Implementation* mutant = find_implementation(name);
+        if (!mutant) {
             problems.push_back("mutant " + name + " named in the case file is not registered");
             continue;
         }
-        if (!verdict(*it)) problems.push_back("mutant " + name + " survives this case of " + p.name);
+        if (!verdict(*mutant)) problems.push_back("mutant " + name + " survives this case of " + p.name);
     }
     return problems;
 }

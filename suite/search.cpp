@@ -10,7 +10,8 @@ namespace attn::suite {
 
 namespace {
 
-// max error / bound of the implementation on the case; -1 when the case is rejected (an attn::Error).
+// max error / bound of the implementation on the case; -1 when the case is rejected (an attn::Error) or outside
+// what the implementation supports.
 template <class T>
 double tightness(const Implementation& impl, const SdpaCase& c, std::string* summary) {
     try {
@@ -19,6 +20,8 @@ double tightness(const Implementation& impl, const SdpaCase& c, std::string* sum
         if (summary) *summary = cmp.summary();
         return cmp.pass() ? cmp.max_tightness : std::max(cmp.max_tightness, 1.0 + 1e-9);
     } catch (const Error&) {
+        return -1;
+    } catch (const Unsupported&) {
         return -1;
     }
 }

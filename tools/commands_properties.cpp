@@ -8,6 +8,7 @@
 #include "commands.hpp"
 
 #ifdef ATTN_HAVE_SUITE
+#include "attn/plugin/kernel_process.hpp"
 #include "attn/suite/property.hpp"
 #include "attn/suite/recipe.hpp"
 #include "attn/suite/registry.hpp"
@@ -27,6 +28,9 @@ struct Args {
     bool save = false;
     std::string case_config;
     std::vector<std::string> replay;
+    std::string kernel;  // an external kernel library (attn/kernel_abi.h)
+    double kernel_timeout = 10;
+    std::string cases_dir = "attn-cases";  // where an external kernel's failing cases are saved
 };
 
 }  // namespace
@@ -48,7 +52,13 @@ int check_one_case(const std::string& config_text, const std::string& property_n
             std::printf("%-48s %-9s does not apply\n", p.name.c_str(), impl->name.c_str());
             continue;
         }
-        const Verdict v = check_case(p, *impl, c);
+        Verdict v;
+        try {
+            v = check_case(p, *impl, c);
+        } catch (const Unsupported& e) {
+            std::printf("%-48s %-9s SKIP %s: %s\n", p.name.c_str(), impl->name.c_str(), config_string(c, impl->name).c_str(), e.what());
+            continue;
+        }
         failed += v.has_value();
         std::printf("%-48s %-9s %-4s %s\n", p.name.c_str(), impl->name.c_str(), v ? "FAIL" : "ok",
                     config_string(c, impl->name).c_str());
@@ -65,7 +75,7 @@ int replay_files(const std::vector<std::string>& paths) {
         std::vector<std::string> skipped;
         const std::vector<std::string> problems = replay_case(read_case_file(path), &skipped);
         std::printf("%s: %s%s\n", path.c_str(), problems.empty() ? "ok" : "FAIL",
-                    skipped.empty() ? "" : (" (implementation not in this build: " + skipped.front() + ")").c_str());
+                    skipped.empty() ? "" : (" (skipped for: " + skipped.front() + ": not in this build or not supported)").c_str());
         for (const std::string& problem : problems) std::printf("    %s\n", problem.c_str());
         failed += !problems.empty();
     }
@@ -91,20 +101,32 @@ int run_properties(const Args& args, suite::RunSettings settings) {
                   << "; the names are the files in suite/invariants/\n";
         return 2;
     }
-    int failed = 0, runs = 0;
+    int failed = 0, runs = 0, skipped_all = 0;
     for (const Implementation* impl : selected(args))
         for (const Property& p : properties()) {
             if (!args.property.empty() && p.name != args.property) continue;
-            if (!p.applies(*impl)) continue;
+            if (!p.applies(*impl)) {
+                // An external kernel is told what it was not tested on; the library's own properties do not apply.
+                if (!impl->kernel_path.empty())
+                    std::printf("%-48s %-9s %-6s n/a  (a property of the library's own API)\n", p.name.c_str(),
+                                impl->name.c_str(), "");
+                continue;
+            }
             for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
                 RunSettings s = settings;
-                // A mutant failing is no regression: its case goes to the build directory.
+                // A mutant failing is no regression: its case goes to the build directory. An external kernel's
+                // failures are its own: they go where its user asked (attn's corpus is attn's).
                 if (impl->is_mutant) s.regressions_dir = std::string(ATTN_BINARY_DIR) + "/property-failures";
+                if (!impl->kernel_path.empty()) s.regressions_dir = args.cases_dir + "/" + impl->name;
                 const RunOutcome o = run_property(p, *impl, dtype, s);
                 ++runs;
                 failed += !o.passed;
+                skipped_all += o.skipped_all;
                 std::printf("%-48s %-9s %-6s %-4s %6d cases %7.2f s  %s\n", p.name.c_str(), impl->name.c_str(),
-                            to_string(dtype), o.passed ? "ok" : "FAIL", o.cases, o.seconds, o.message.c_str());
+                            to_string(dtype), o.skipped_all ? "SKIP" : o.passed ? "ok" : "FAIL", o.cases, o.seconds,
+                            o.message.c_str());
+                for (const auto& [reason, count] : o.skipped)
+                    if (count) std::printf("    skipped %d cases: %s\n", count, reason.c_str());
                 if (!o.reproduce.empty()) std::printf("    reproduce: %s\n", o.reproduce.c_str());
                 std::fflush(stdout);
             }
@@ -114,7 +136,9 @@ int run_properties(const Args& args, suite::RunSettings settings) {
                   << "\n";
         return 2;
     }
-    std::printf("\nproperties: %d of %d runs passed\n", runs - failed, runs);
+    std::printf("\nproperties: %d of %d runs passed", runs - failed - skipped_all, runs);
+    if (skipped_all) std::printf(", %d skipped (nothing the implementation supports)", skipped_all);
+    std::printf("%s\n", failed ? "" : "; none failed");
     return failed == 0 ? 0 : 1;
 }
 
@@ -147,7 +171,8 @@ int run_search(const Args& args) {
                 char note[160];
                 std::snprintf(note, sizeof note, "worst input found by hill-climbing on error/bound: %.3g", r.tightness);
                 file.note = note;
-                std::printf("    saved %s\n", write_case_file(file, cases_dir()).c_str());
+                const std::string dir = impl->kernel_path.empty() ? cases_dir() : args.cases_dir + "/" + impl->name;
+                std::printf("    saved %s\n", write_case_file(file, dir).c_str());
             }
             std::fflush(stdout);
         }
@@ -167,6 +192,14 @@ Action add_properties_commands(CLI::App& app) {
                       "Check exactly the case this config string names (it needs a seed: a report row's config, e.g.) "
                       "with --property (default matches_oracle_within_bound), for its impl (impl=all: every correct one)");
     props->add_option("--replay", args.replay, "Replay these case files (what a failure prints), as ctest does");
+    props->add_option("--kernel", args.kernel,
+                      "An external kernel (a shared library exporting attn_kernel_get, attn/kernel_abi.h): run the "
+                      "properties on it instead, in a worker process of its own");
+    props->add_option("--kernel-timeout", args.kernel_timeout, "Seconds one call of --kernel may take before it counts as hung")
+        ->check(CLI::PositiveNumber);
+    props->add_option("--cases-dir", args.cases_dir,
+                      "Where the failing cases of --kernel are saved, one directory per kernel (default attn-cases, "
+                      "relative to where attn runs)");
     auto* muts = app.add_subcommand("mutants", "Run the suite against every mutant: killed or survived, by what, how fast");
     muts->add_flag("--thorough", args.thorough, "20x the cases per property");
     auto* search = app.add_subcommand("search", "Targeted search: hill-climb on error/bound per implementation and dtype");
@@ -175,12 +208,28 @@ Action add_properties_commands(CLI::App& app) {
     search->add_option("--steps", args.steps, "Mutations per start");
     search->add_option("--seed", args.seed, "Search seed");
     search->add_flag("--save", args.save, "Save the worst input per implementation and dtype as a regression case");
+    search->add_option("--kernel", args.kernel, "An external kernel (attn/kernel_abi.h) to search instead");
     return [props, muts, search]() -> int {
         if (!props->parsed() && !muts->parsed() && !search->parsed()) return not_mine;
 #ifndef ATTN_HAVE_SUITE
         std::cerr << "attn: this build has no property suite (it needs the oracle)\n";
         return 2;
 #else
+        if (!args.kernel.empty()) {
+            if (!args.impl.empty()) {
+                std::cerr << "attn: --kernel and --impl name two implementations; give one\n";
+                return 2;
+            }
+            try {
+                const suite::Implementation& k = suite::load_external(args.kernel, args.kernel_timeout);
+                args.impl = k.name;
+                std::cout << "kernel " << k.name << ": " << k.description << "\n  declares: " << k.capabilities
+                          << "\n  what it does not declare is skipped and counted below\n";
+            } catch (const plugin::LoadError& e) {
+                std::cerr << "attn: " << e.what() << "\n";
+                return 2;
+            }
+        }
         if (props->parsed() && !args.case_config.empty()) return check_one_case(args.case_config, args.property);
         if (props->parsed() && !args.replay.empty()) return replay_files(args.replay);
         if (search->parsed()) return run_search(args);

@@ -54,11 +54,13 @@ struct RunOptions {
 // The same suite built with ASan + UBSan (preset debug-asan, build/debug-asan), without the long-running
 // labels: under the sanitizers the properties and mutants would take most of CI's budget, and the fuzz smoke run
 // is the same clang ASan/UBSan build and seed that the plain `attn test` already ran. The documentation's examples
-// (label docs) run the release launcher and a plain consumer build, not this build, so they too run only in `attn test`.
+// (label docs) run the release launcher and a plain consumer build, not this build, so they too run only in `attn test`;
+// the example kernels (label examples) are property-suite runs on plugins (the host side of plugins runs here in
+// attn_kernel_process_test).
 std::string sanitizer_command(const std::string& label) {
     const std::string src = std::string("'") + ATTN_SOURCE_DIR + "'";
     return "cd " + src + " && cmake --preset debug-asan >/dev/null && cmake --build --preset debug-asan -j " + jobs() +
-           " && ctest --preset debug-asan -j " + jobs() + " " + (label.empty() ? "-LE 'properties|slow|fuzz-smoke|docs'" : "-L '" + label + "'");
+           " && ctest --preset debug-asan -j " + jobs() + " " + (label.empty() ? "-LE 'properties|slow|fuzz-smoke|docs|examples'" : "-L '" + label + "'");
 }
 
 // For the summary's report line: whether the drift check had a baseline of this machine's fingerprint to compare

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -85,6 +86,10 @@ struct RunOutcome {
     std::string reproduce;       // the command that reruns exactly the failing case (replay_command(case_file))
     std::optional<SdpaCase> counterexample;
     std::string config;          // config string of the counter-example
+    // Cases skipped because the implementation does not support them (Unsupported), by reason; skipped_all when
+    // no case could be judged (the run then passes and says so).
+    std::map<std::string, int> skipped;
+    bool skipped_all = false;
 };
 
 RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dtype, const RunSettings& settings);
@@ -92,8 +97,9 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
 // The property's verdict on one case; an exception from the implementation or the check is a failure too.
 Verdict check_case(const Property& p, const Implementation& impl, const SdpaCase& c);
 
-// `./attn properties --replay '<case file>'`: the command that reruns the case file (runner failures print it).
-std::string replay_command(const std::string& case_file);
+// `./attn properties [--kernel '<kernel>'] --replay '<case file>'`: the command that reruns the case file (runner
+// failures print it); kernel_path: the external kernel it failed for.
+std::string replay_command(const std::string& case_file, const std::string& kernel_path = "");
 
 // One row of the mutant table: the first property (in properties() order, float then double) that killed it.
 struct MutantRow {

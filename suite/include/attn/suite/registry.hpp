@@ -2,12 +2,15 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "attn/oracle/oracle.hpp"
 #include "attn/sdpa.hpp"
+#include "attn/suite/config.hpp"
 
 namespace attn::suite {
 
@@ -16,14 +19,26 @@ using SdpaFunction = std::function<SdpaResult<T>(TensorView<const T> q, TensorVi
                                                  std::optional<TensorView<const bool>> allowed_mask,
                                                  const SdpaOptions& options)>;
 
+// A call outside what an implementation declares it supports (an external kernel without bool masks, a dtype it
+// does not take, ...): the runner skips the case and counts it under this reason, which names no sizes so that
+// equal reasons add up. Properties let it pass through their own exception handling.
+class Unsupported : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 // One attention implementation as the suite sees it: the library's backends (`reference`, `tiled`), the
-// multi-head path (`mha`), each deliberately wrong mutant, later external kernels.
+// multi-head path (`mha`), each deliberately wrong mutant, external kernels (attn/kernel_abi.h).
 struct Implementation {
     std::string name;
     std::string description;       // one sentence: what it is (for mutants: which bug it has)
     bool is_mutant = false;
     oracle::ErrorModel error_model;  // how its rounding errors are bounded
     bool returns_weights = true;     // honours options.return_weights (the tiled kernel never forms them)
+    // The dtypes it takes, each with why not when it does not (a run on another dtype is skipped with that reason).
+    std::map<Dtype, std::string> dtype_unsupported;
+    std::string kernel_path;   // external kernels: the shared library (else empty)
+    std::string capabilities;  // external kernels: what it declares (KernelInfo::capabilities)
     SdpaFunction<float> run_float;
     SdpaFunction<double> run_double;
 
@@ -40,7 +55,16 @@ const std::vector<Implementation>& implementations();
 // The correct ones only (no mutants), and the mutants only.
 std::vector<const Implementation*> correct_implementations();
 std::vector<const Implementation*> mutants();
-// By name; attn::ConfigError listing the known names when there is none.
+// By name (registered or loaded external ones); attn::ConfigError listing the known names when there is none.
 const Implementation& implementation(const std::string& name);
+// The one with this name, or null.
+const Implementation* find_implementation(const std::string& name);
+
+// Loads an external kernel (attn/kernel_abi.h) in a worker process of its own and registers it under the name it
+// declares (implementation() finds it; correct_implementations() does not list it). Calls run through the same
+// validation and contracts as the suite's own kernels (attn::detail::problem), then through the kernel; a call it
+// does not declare support for throws Unsupported. Throws attn::plugin::LoadError when the file is no usable kernel.
+// `timeout_seconds`: how long one call may take before it counts as hung (then 1 s for the rest of the run).
+const Implementation& load_external(const std::string& path, double timeout_seconds = 10.0);
 
 }  // namespace attn::suite
