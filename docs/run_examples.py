@@ -3,7 +3,8 @@
 checkout (ctest label `docs`, one test per document).
 
 Every fenced block needs an info string; it decides what happens to the block:
-  python   run with this interpreter (Debian's /usr/bin/python3, its numpy and torch), in the scratch directory
+  python   run with this interpreter (Debian's /usr/bin/python3, its numpy and torch), in the scratch directory;
+           `import attn` finds the module of --build-dir (PYTHONPATH=<build-dir>/python, as a reader sets it)
   sh       run with bash -e in the scratch directory; `./attn` means the launcher of this checkout, by path
   cpp      a complete program: compiled against attn installed into a scratch prefix (find_package(attn)), then run
   text     a listing, a layout or an output: shown, never run (json blocks are parsed: they must be JSON)
@@ -75,9 +76,9 @@ def describe(block):
     return "parsed as JSON" if block.lang == "json" else "shown only"
 
 
-def run(cmd, cwd):
+def run(cmd, cwd, env=None):
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc.returncode, proc.stdout, time.monotonic() - t0
 
 
@@ -159,6 +160,9 @@ def main():
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(b.body)
                 cmd = [sys.executable, path]
+                env = dict(os.environ)
+                if args.build_dir:
+                    env["PYTHONPATH"] = os.path.join(os.path.abspath(args.build_dir), "python")
             elif b.lang == "sh":
                 body = re.sub(r"(?<![\w./-])\./attn(?=\s|$)", launcher.replace("\\", "\\\\"), b.body)
                 cmd = ["bash", "-e", "-o", "pipefail", "-c", body]
@@ -168,7 +172,7 @@ def main():
                     failures += 1
                     continue
                 cmd = [os.path.join(cpp_work, "cpp", "build", f"example_line{b.line}")]
-            code, out, seconds = run(cmd, cwd=scratch)
+            code, out, seconds = run(cmd, cwd=scratch, env=env if b.lang == "python" else None)
             status = "ran" if code == 0 else f"FAILED with exit code {code}"
             print(f"{where}: {status} ({seconds:.1f} s) in {scratch}")
             if out.strip():

@@ -182,8 +182,7 @@ SdpaResult<T> run_external(KernelProcess& kernel, TensorView<const T> q, TensorV
 
 }  // namespace
 
-Implementation external_implementation(const std::string& path, double timeout_seconds) {
-    auto kernel = std::make_shared<KernelProcess>(path, timeout_seconds);
+Implementation external_implementation(std::shared_ptr<KernelProcess> kernel, const std::string& path) {
     const KernelInfo& info = kernel->info();
     Implementation impl;
     impl.name = info.name;

@@ -2,6 +2,9 @@
 #include "attn/suite/registry.hpp"
 
 #include <deque>
+#include <memory>
+
+#include "attn/plugin/kernel_process.hpp"
 
 #include "attn/detail/mha_sdpa_path.hpp"
 #include "attn/error.hpp"
@@ -139,10 +142,11 @@ std::deque<Implementation>& externals() {
 }
 }  // namespace
 
-Implementation external_implementation(const std::string& path, double timeout_seconds);  // external.cpp
+Implementation external_implementation(std::shared_ptr<plugin::KernelProcess> kernel, const std::string& path);  // external.cpp
 
-const Implementation& load_external(const std::string& path, double timeout_seconds) {
-    Implementation impl = external_implementation(path, timeout_seconds);
+namespace {
+const Implementation& register_external(Implementation impl) {
+    const std::string& path = impl.kernel_path;
     if (const Implementation* same = find_implementation(impl.name)) {
         if (same->kernel_path == impl.kernel_path) return *same;
         throw ConfigError("suite: kernel " + path + " is named " + impl.name + ", as " +
@@ -151,6 +155,18 @@ const Implementation& load_external(const std::string& path, double timeout_seco
     }
     externals().push_back(std::move(impl));
     return externals().back();
+}
+}  // namespace
+
+const Implementation& load_external(const std::string& path, double timeout_seconds) {
+    return register_external(external_implementation(std::make_shared<plugin::KernelProcess>(path, timeout_seconds), path));
+}
+
+const Implementation& connect_external(int socket, int memfd, const std::string& origin) {
+    Implementation impl = external_implementation(
+        std::make_shared<plugin::KernelProcess>(plugin::KernelProcess::Connection{socket, memfd}, 0.0), origin);
+    impl.replay_template = "attn.properties(fn, replay='{case}')";
+    return register_external(std::move(impl));
 }
 
 const Implementation* find_implementation(const std::string& name) {

@@ -224,7 +224,12 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
                     file.note = "found by the suite (seed " + std::to_string(params.seed) + "): " + last_failure->second;
                     file.source = "found by the suite";
                     out.case_file = write_case_file(file, settings.regressions_dir);
-                    out.reproduce = replay_command(out.case_file, impl.kernel_path);
+                    if (impl.replay_template.empty()) {
+                        out.reproduce = replay_command(out.case_file, impl.kernel_path);
+                    } else {
+                        out.reproduce = impl.replay_template;
+                        out.reproduce.replace(out.reproduce.find("{case}"), 6, out.case_file);
+                    }
                 }
             }
             return out;

@@ -11,23 +11,9 @@
 #include <vector>
 
 #include "attn/sdpa.hpp"
+#include "options.hpp"
 
 namespace attn::cli {
-
-// The options every attention command shares, from their command-line spellings: causal "", "top-left" or
-// "bottom-right"; empty rows "throw", "zero" or "nan".
-inline SdpaOptions sdpa_options_from(std::optional<double> scale, const std::string& causal,
-                                     const std::string& empty_rows, bool check_finite) {
-    SdpaOptions options;
-    options.scale = scale;
-    options.is_causal = !causal.empty();
-    options.alignment = causal == "bottom-right" ? CausalAlignment::BottomRight : CausalAlignment::TopLeft;
-    options.empty_rows = empty_rows == "zero" ? EmptyRowPolicy::Zero
-                         : empty_rows == "nan" ? EmptyRowPolicy::Nan
-                                               : EmptyRowPolicy::Throw;
-    options.check_finite = check_finite;
-    return options;
-}
 
 // Where the committed accuracy baselines live, one per numerics fingerprint (reports/README.md, "Drift").
 inline std::string baselines_dir() { return std::string(ATTN_SOURCE_DIR) + "/reports/baselines"; }

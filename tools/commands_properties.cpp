@@ -1,9 +1,12 @@
 // `attn properties`, `attn mutants` and `attn search`: the property suite from the command line.
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 
@@ -31,6 +34,8 @@ struct Args {
     std::string kernel;  // an external kernel library (attn/kernel_abi.h)
     double kernel_timeout = 10;
     std::string cases_dir = "attn-cases";  // where an external kernel's failing cases are saved
+    std::string kernel_connection;         // "SOCKET,MEMFD": a connected worker (the Python module)
+    std::string json_path;
 };
 
 }  // namespace
@@ -102,14 +107,17 @@ int run_properties(const Args& args, suite::RunSettings settings) {
         return 2;
     }
     int failed = 0, runs = 0, skipped_all = 0;
+    nlohmann::json json_runs = nlohmann::json::array();
     for (const Implementation* impl : selected(args))
         for (const Property& p : properties()) {
             if (!args.property.empty() && p.name != args.property) continue;
             if (!p.applies(*impl)) {
                 // An external kernel is told what it was not tested on; the library's own properties do not apply.
-                if (!impl->kernel_path.empty())
+                if (!impl->kernel_path.empty()) {
                     std::printf("%-48s %-9s %-6s n/a  (a property of the library's own API)\n", p.name.c_str(),
                                 impl->name.c_str(), "");
+                    json_runs.push_back({{"property", p.name}, {"implementation", impl->name}, {"status", "n/a"}});
+                }
                 continue;
             }
             for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
@@ -129,6 +137,14 @@ int run_properties(const Args& args, suite::RunSettings settings) {
                     if (count) std::printf("    skipped %d cases: %s\n", count, reason.c_str());
                 if (!o.reproduce.empty()) std::printf("    reproduce: %s\n", o.reproduce.c_str());
                 std::fflush(stdout);
+                nlohmann::json skipped = nlohmann::json::object();
+                for (const auto& [reason, count] : o.skipped) skipped[reason] = count;
+                json_runs.push_back({{"property", p.name}, {"sentence", p.sentence}, {"implementation", impl->name},
+                                     {"dtype", to_string(dtype)},
+                                     {"status", o.skipped_all ? "skipped" : o.passed ? "passed" : "failed"},
+                                     {"cases", o.cases}, {"seconds", o.seconds}, {"message", o.message},
+                                     {"skipped", skipped}, {"case_file", o.case_file}, {"reproduce", o.reproduce},
+                                     {"config", o.config}});
             }
         }
     if (runs == 0) {  // a selection that runs nothing is no pass
@@ -139,6 +155,12 @@ int run_properties(const Args& args, suite::RunSettings settings) {
     std::printf("\nproperties: %d of %d runs passed", runs - failed - skipped_all, runs);
     if (skipped_all) std::printf(", %d skipped (nothing the implementation supports)", skipped_all);
     std::printf("%s\n", failed ? "" : "; none failed");
+    if (!args.json_path.empty()) {
+        std::ofstream file(args.json_path);
+        file << nlohmann::json{{"seed", settings.seed}, {"settings", describe_settings(settings)}, {"runs", json_runs}}.dump(2)
+             << "\n";
+        if (!file) throw IoError("attn properties: cannot write " + args.json_path);
+    }
     return failed == 0 ? 0 : 1;
 }
 
@@ -197,6 +219,10 @@ Action add_properties_commands(CLI::App& app) {
                       "properties on it instead, in a worker process of its own");
     props->add_option("--kernel-timeout", args.kernel_timeout, "Seconds one call of --kernel may take before it counts as hung")
         ->check(CLI::PositiveNumber);
+    props->add_option("--kernel-connection", args.kernel_connection,
+                      "SOCKET_FD,MEMFD of a kernel worker that is already running (how the Python module's "
+                      "attn.properties serves a Python function)");
+    props->add_option("--json", args.json_path, "Also write every run (status, cases, skips, reproduction) as JSON");
     props->add_option("--cases-dir", args.cases_dir,
                       "Where the failing cases of --kernel are saved, one directory per kernel (default attn-cases, "
                       "relative to where attn runs)");
@@ -215,6 +241,22 @@ Action add_properties_commands(CLI::App& app) {
         std::cerr << "attn: this build has no property suite (it needs the oracle)\n";
         return 2;
 #else
+        if (!args.kernel_connection.empty()) {
+            int socket = -1, memfd = -1;
+            if (std::sscanf(args.kernel_connection.c_str(), "%d,%d", &socket, &memfd) != 2 || socket < 0 || memfd < 0) {
+                std::cerr << "attn: --kernel-connection takes SOCKET_FD,MEMFD, got '" << args.kernel_connection << "'\n";
+                return 2;
+            }
+            try {
+                const suite::Implementation& k = suite::connect_external(socket, memfd, "python");
+                args.impl = k.name;
+                std::cout << "kernel " << k.name << ": " << k.description << "\n  declares: " << k.capabilities
+                          << "\n  what it does not declare is skipped and counted below\n";
+            } catch (const plugin::LoadError& e) {
+                std::cerr << "attn: " << e.what() << "\n";
+                return 2;
+            }
+        }
         if (!args.kernel.empty()) {
             if (!args.impl.empty()) {
                 std::cerr << "attn: --kernel and --impl name two implementations; give one\n";

@@ -166,6 +166,12 @@ KernelProcess::KernelProcess(const std::string& path, double timeout_seconds, st
     start();
 }
 
+KernelProcess::KernelProcess(Connection connection, double timeout_seconds)
+    : path_("<connected worker>"), timeout_(timeout_seconds), socket_(connection.socket), memfd_(connection.memfd),
+      connected_(true) {
+    read_hello();
+}
+
 KernelProcess::~KernelProcess() {
     stop();
     if (region_) munmap(region_, region_bytes_);
@@ -195,9 +201,15 @@ void KernelProcess::start() {
     }
     pid_ = pid;
     socket_ = sv[0];
+    read_hello();
+}
+
+int KernelProcess::wait_ms() const { return timeout_ > 0 ? static_cast<int>(timeout_ * 1000) : -1; }
+
+void KernelProcess::read_hello() {
     wire::Hello hello;
     pollfd pfd{socket_, POLLIN, 0};
-    const int ready = poll(&pfd, 1, static_cast<int>(timeout_ * 1000));
+    const int ready = poll(&pfd, 1, wait_ms());
     const ssize_t n = ready > 0 ? recv(socket_, &hello, sizeof hello, 0) : -1;
     if (ready == 0) {
         stop();
@@ -264,7 +276,8 @@ void KernelProcess::ensure_region(std::size_t bytes) {
 }
 
 void KernelProcess::forward(const ForwardCall& call, void* out, void* weights) {
-    if (pid_ < 0) {
+    if (connected_ && socket_ < 0) throw KernelFailure("kernel " + info_.name + ": its process has gone (see above)");
+    if (pid_ < 0 && !connected_) {
         start();  // after a failure: a fresh worker
         ++restarts_;
     }
@@ -332,10 +345,10 @@ void KernelProcess::forward(const ForwardCall& call, void* out, void* weights) {
     wire::Reply reply;
     pollfd pfd{socket_, POLLIN, 0};
     int ready;
-    do ready = poll(&pfd, 1, static_cast<int>(timeout_ * 1000));
+    do ready = poll(&pfd, 1, wait_ms());
     while (ready < 0 && errno == EINTR);
     if (ready == 0) {
-        kill(pid_, SIGKILL);
+        if (pid_ > 0) kill(pid_, SIGKILL);
         died("");
         std::ostringstream s;
         s << who << " did not return within " << timeout_ << " s (hung; stopped)";
@@ -387,7 +400,7 @@ void KernelProcess::forward(const ForwardCall& call, void* out, void* weights) {
         for (std::size_t i = 0; i < wrong.size(); ++i) text += (i ? ", " : " ") + wrong[i];
         throw KernelFailure(text);
     }
-    if (reply.status == ATTN_KERNEL_UNSUPPORTED) throw KernelDeclined(who + " declined the call: " + reply.message);
+    if (reply.status == ATTN_KERNEL_UNSUPPORTED) throw KernelDeclined(reply.message);
     if (reply.status != ATTN_KERNEL_OK)
         throw KernelFailure(who + " returned " + (reply.status == ATTN_KERNEL_FAILED ? "ATTN_KERNEL_FAILED" : "status " + std::to_string(reply.status)) +
                             ": " + reply.message);

@@ -44,7 +44,8 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-// The kernel returned ATTN_KERNEL_UNSUPPORTED: a case outside what it does.
+// The kernel returned ATTN_KERNEL_UNSUPPORTED: a case outside what it does. The message is the kernel's own (what
+// it does not do, e.g. "Dk = 2 is not a multiple of 8"): reasons are counted, so they name no kernel.
 class KernelDeclined : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
@@ -73,6 +74,13 @@ public:
     // Starts the worker on `path`; LoadError when the kernel cannot be used. `timeout_seconds`: how long one call
     // may take (after a hang, 1 s). `worker`: the attn-kernel-worker program (default_worker_path()).
     explicit KernelProcess(const std::string& path, double timeout_seconds = 10.0, std::string worker = {});
+    // A worker that is already running and connected (the Python module serving a Python callable): `socket` is
+    // its end of a SOCK_SEQPACKET pair, `memfd` the shared region. Nobody restarts it: after it fails, every call
+    // fails. timeout_seconds 0: no limit (a Python kernel may take its time; the user can interrupt it).
+    struct Connection {
+        int socket = -1, memfd = -1;
+    };
+    KernelProcess(Connection connection, double timeout_seconds);
     ~KernelProcess();
     KernelProcess(const KernelProcess&) = delete;
     KernelProcess& operator=(const KernelProcess&) = delete;
@@ -87,6 +95,8 @@ public:
 
 private:
     void start();
+    void read_hello();
+    int wait_ms() const;  // poll's timeout: -1 for none
     void stop();
     std::string died(const std::string& when);  // reaps the worker and says how it ended
     void ensure_region(std::size_t bytes);
@@ -99,6 +109,7 @@ private:
     std::size_t region_bytes_ = 0;
     int restarts_ = 0;
     bool started_once_ = false;
+    bool connected_ = false;  // a worker this process did not start and cannot restart
 };
 
 // ATTN_KERNEL_WORKER when set, else the worker built beside this program.

@@ -39,6 +39,8 @@ struct Implementation {
     std::map<Dtype, std::string> dtype_unsupported;
     std::string kernel_path;   // external kernels: the shared library (else empty)
     std::string capabilities;  // external kernels: what it declares (KernelInfo::capabilities)
+    // How a saved case is replayed, with {case} for its file; empty: `./attn properties [--kernel K] --replay`.
+    std::string replay_template;
     SdpaFunction<float> run_float;
     SdpaFunction<double> run_double;
 
@@ -66,5 +68,8 @@ const Implementation* find_implementation(const std::string& name);
 // does not declare support for throws Unsupported. Throws attn::plugin::LoadError when the file is no usable kernel.
 // `timeout_seconds`: how long one call may take before it counts as hung (then 1 s for the rest of the run).
 const Implementation& load_external(const std::string& path, double timeout_seconds = 10.0);
+// The same for a worker already running and connected (the Python module serving a callable; kernel_process.hpp):
+// no timeout, no restart; its cases replay with attn.properties(fn, replay=...). `origin` says where it runs.
+const Implementation& connect_external(int socket, int memfd, const std::string& origin);
 
 }  // namespace attn::suite

@@ -1,0 +1,179 @@
+"""attn for Python: the library's attention, the oracle's verdict on any output, and attn's property suite run
+against a Python function (NumPy or PyTorch).
+
+From a checkout, after any ./attn command has built it:  PYTHONPATH=build/release/python /usr/bin/python3
+
+    import attn
+    out = attn.sdpa(q, k, v, causal="top-left")                  # q (..., Tq, Dk), k (..., Tk, Dk), v (..., Tk, Dv)
+    r = attn.check(q, k, v, my_out, causal="top-left")           # r.passed, r.max_ulp, r.tightness, r.worst_index
+    result = attn.properties(my_attention, masks=("bool",))      # the suite on my_attention(q, k, v, mask, causal, scale)
+
+Masks are *allowed* masks, as everywhere in attn: True = the query may read the key (PyTorch's bool attn_mask of
+scaled_dot_product_attention means the same; nn.MultiheadAttention's means the opposite).
+"""
+import json
+import os
+import re
+import tempfile
+
+import numpy as np
+
+from . import _attn
+from ._attn import ConfigError, Error, MaskError, ShapeError, ValueError  # noqa: F401  (attn's errors)
+
+__all__ = ["sdpa", "oracle", "check", "properties", "CheckResult", "PropertiesResult", "Unsupported",
+           "Error", "ShapeError", "MaskError", "ValueError", "ConfigError"]
+
+
+class Unsupported(Exception):
+    """Raised by a function under attn.properties for a case it does not handle: the case is skipped and counted
+    under the message, like a kernel library's ATTN_KERNEL_UNSUPPORTED."""
+
+
+def _array(x, name):
+    """A NumPy array of x without a copy where possible (CPU PyTorch tensors share their memory)."""
+    if x is None:
+        return None
+    if hasattr(x, "detach") and hasattr(x, "numpy"):  # a torch.Tensor
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x)
+    if a.dtype.kind == "f" and any(s % a.itemsize for s in a.strides):
+        a = np.ascontiguousarray(a)
+    if a.dtype.kind not in "fb":
+        raise ConfigError(f"attn: {name} must be a float32/float64 array (or a bool mask), got {a.dtype}")
+    return a
+
+
+def sdpa(q, k, v, mask=None, *, causal=None, scale=None, empty_rows="throw", backend="auto",
+         return_weights=False, num_threads=0):
+    """softmax(scale q k^T, masked) v with attn's library: a NumPy array (and the weights when asked for).
+
+    mask: bool, broadcastable to (..., Tq, Tk), True = may attend. causal: None, "top-left" or "bottom-right".
+    empty_rows: what a query with no allowed key gives: "throw" (attn.MaskError), "zero" or "nan"."""
+    return _attn.sdpa(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), causal, scale,
+                      empty_rows, backend, return_weights, num_threads)
+
+
+def oracle(q, k, v, mask=None, *, causal=None, scale=None, empty_rows="throw", model="generic", key_block=64):
+    """The exact attention of these inputs (correctly rounded to their dtype) and, per element, the rigorous bound
+    on the error of a kernel following `model` (generic, reference or tiled with key_block): a dict with output,
+    bound, weights, weights_bound, model and bits."""
+    return _attn.oracle(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), causal, scale,
+                        empty_rows, model, key_block)
+
+
+class CheckResult:
+    """attn's verdict on one output: passed (every element within its rigorous bound), max_ulp, max_rel,
+    tightness (max error/bound; <= 1 passes), violations of elements, the worst element (worst_index,
+    worst_computed, worst_exact, worst_bound), suspicious (the statistical verdict) and summary."""
+
+    def __init__(self, fields):
+        self.__dict__.update(fields)
+
+    def __bool__(self):
+        return bool(self.passed)
+
+    def __repr__(self):
+        return f"CheckResult({'pass' if self.passed else 'FAIL'}: {self.summary})"
+
+
+def check(q, k, v, out, mask=None, *, causal=None, scale=None, empty_rows="throw", model="generic", key_block=64):
+    """Checks `out` (your kernel's output for q, k, v) against the oracle: what `attn check` does with .npy files."""
+    return CheckResult(_attn.check(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(out, "out"),
+                                   _array(mask, "mask"), causal, scale, empty_rows, model, key_block))
+
+
+class PropertiesResult:
+    """What attn.properties found: passed (no run failed), runs (one dict per property and dtype: property,
+    dtype, status passed/failed/skipped/n/a, cases, message, skipped reasons, reproduce, case_file), failures
+    (the failed runs), seed (RapidCheck's, to rerun the same cases) and exit_code (attn's)."""
+
+    def __init__(self, report, exit_code):
+        self.seed = report.get("seed")
+        self.runs = report.get("runs", [])
+        self.failures = [r for r in self.runs if r.get("status") == "failed"]
+        self.exit_code = exit_code
+        self.passed = exit_code == 0
+
+    def __bool__(self):
+        return self.passed
+
+    def __repr__(self):
+        judged = [r for r in self.runs if r.get("status") in ("passed", "failed")]
+        return (f"PropertiesResult({len(judged) - len(self.failures)} of {len(judged)} runs passed, "
+                f"failed: {sorted({r['property'] for r in self.failures}) or 'none'})")
+
+
+_MASKS = {"bool": 1, "causal-top-left": 2, "causal-bottom-right": 4}
+_EMPTY = {"zero": 1, "nan": 2}
+_DTYPES = {"float32": 1, "float64": 2}
+
+
+def _flags(names, table, what):
+    bits = 0
+    for n in names:
+        if n not in table:
+            raise ConfigError(f"attn.properties: {what} must be among {sorted(table)}, got {n!r}")
+        bits |= table[n]
+    return bits
+
+
+def properties(fn, *, name=None, dtypes=("float32", "float64"), masks=("bool", "causal-top-left",
+               "causal-bottom-right"), empty_rows=(), gqa=False, strided=False, max_dk=0, max_dv=0,
+               error_model="generic", key_block=0, exp_ulps=0.0, framework="numpy", property=None, seed=None,
+               cases=None, thorough=False, replay=None, cases_dir="attn-cases", program=None):
+    """Runs attn's property suite against fn(q, k, v, mask, causal, scale) -> out, as `attn properties --kernel`
+    does against a kernel library: RapidCheck draws the cases, shrinks failures, saves them under
+    cases_dir/<name>/ and prints the line that replays each (attn.properties(fn, replay=...)).
+
+    fn gets q (B, H, Tq, Dk), k (B, G, Tk, Dk), v (B, G, Tk, Dv), mask (B, H, Tq, Tk) bool or None (True = may
+    attend), causal None/"top-left"/"bottom-right", scale (float), and when empty_rows declares both policies
+    also empty_rows="zero"/"nan"; it returns out (B, H, Tq, Dv) in q's dtype. The arrays are views of memory attn
+    owns, valid during the call. framework="torch" passes torch tensors (sharing that memory) instead.
+
+    What fn declares decides what it gets; the rest is skipped and listed: dtypes, masks (any of bool,
+    causal-top-left, causal-bottom-right), empty_rows (zero, nan: what a query with no allowed key gives), gqa
+    (G < H allowed), strided (inputs in (B, T, H, D) memory order, broadcast masks with stride 0), max_dk,
+    max_dv. error_model (generic, reference, tiled with key_block) and exp_ulps say how the oracle bounds it.
+    Raise attn.Unsupported for a case fn does not handle. Returns a PropertiesResult."""
+    if name is None:
+        name = re.sub(r"\W", "_", getattr(fn, "__name__", "python_kernel"))
+        name = "python_kernel" if name in ("", "_lambda_") or not name[0].isalpha() else name
+    if framework not in ("numpy", "torch"):
+        raise ConfigError(f"attn.properties: framework must be numpy or torch, got {framework!r}")
+    call = fn
+    if framework == "torch":
+        import torch
+
+        def call(q, k, v, mask, causal, scale, **kw):
+            t = [torch.from_numpy(x) if x is not None else None for x in (q, k, v, mask)]
+            return fn(*t, causal, scale, **kw)
+
+    declaration = dict(name=name, version="", description=f"the Python function {getattr(fn, '__qualname__', name)}",
+                       dtypes=_flags(dtypes, _DTYPES, "dtypes"), masks=_flags(masks, _MASKS, "masks"),
+                       empty_rows=_flags(empty_rows, _EMPTY, "empty_rows"), gqa=bool(gqa), strided=bool(strided),
+                       max_dk=int(max_dk), max_dv=int(max_dv), error_model=error_model, key_block=int(key_block),
+                       exp_ulps=float(exp_ulps), unsupported=Unsupported)
+    with tempfile.TemporaryDirectory(prefix="attn-properties-") as tmp:
+        report_path = os.path.join(tmp, "runs.json")
+        args = ["properties", "--json", report_path, "--cases-dir", os.path.abspath(cases_dir)]
+        if property:
+            args += ["--property", property]
+        if thorough:
+            args.append("--thorough")
+        if replay:
+            args += ["--replay", replay]
+        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+        params = [f"seed={int(seed)}"] if seed is not None else []
+        params += [f"max_success={int(cases)}"] if cases is not None else []
+        if params:
+            env["RC_PARAMS"] = " ".join(params)
+        code = _attn.serve(call, declaration, program or _attn.ATTN_PROGRAM, args,
+                           [f"{k}={v}" for k, v in env.items()])
+        report = {}
+        if os.path.exists(report_path):
+            with open(report_path) as f:
+                report = json.load(f)
+    if code == 2:
+        raise ConfigError("attn.properties: attn refused the run (exit 2); its message is above")
+    return PropertiesResult(report, code)

@@ -1,0 +1,354 @@
+// attn._attn: the Python module's compiled half (pybind11). NumPy arrays cross without copies where their strides
+// are whole elements; attn/__init__.py converts PyTorch tensors and gives the functions their documented signatures.
+//
+//   sdpa, oracle, check   the library and the oracle on arrays
+//   serve                 runs `attn properties --kernel-connection ...` and answers its forward calls with a Python
+//                         callable, through the same protocol as a kernel library's worker (plugin/src/protocol.hpp)
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "attn/error.hpp"
+#include "attn/kernel_abi.h"
+#include "attn/oracle/metrics.hpp"
+#include "attn/oracle/oracle.hpp"
+#include "attn/sdpa.hpp"
+#include "options.hpp"
+#include "protocol.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+using attn::Index;
+using attn::Shape;
+
+// A zero-copy view of a NumPy array of exactly T (no silent conversion: a float64 array is no float32 input).
+template <class T>
+attn::TensorView<const T> view_of(const py::array& a, const std::string& function, const char* name) {
+    if (!a.dtype().is(py::dtype::of<T>()))
+        throw attn::ConfigError(function + ": " + name + " is " + std::string(py::str(a.dtype())) + ", expected " +
+                                std::string(py::str(py::dtype::of<T>())) + " like q");
+    Shape shape(static_cast<std::size_t>(a.ndim())), strides(shape.size());
+    for (py::ssize_t d = 0; d < a.ndim(); ++d) {
+        shape[static_cast<std::size_t>(d)] = a.shape(d);
+        if (a.strides(d) % static_cast<py::ssize_t>(sizeof(T)) != 0)
+            throw attn::ConfigError(function + ": " + name + " has a stride that is no whole number of elements");
+        strides[static_cast<std::size_t>(d)] = a.strides(d) / static_cast<py::ssize_t>(sizeof(T));
+    }
+    return attn::TensorView<const T>(static_cast<const T*>(a.data()), shape, strides);
+}
+
+template <class T>
+py::array to_numpy(const attn::Tensor<T>& t) {
+    std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+    py::array_t<T> out(shape);
+    std::memcpy(out.mutable_data(), t.data(), static_cast<std::size_t>(t.numel()) * sizeof(T));
+    return out;
+}
+
+std::optional<attn::TensorView<const bool>> mask_of(const std::optional<py::array>& m, const std::string& function) {
+    if (!m) return std::nullopt;
+    if (!m->dtype().is(py::dtype::of<bool>()))
+        throw attn::ConfigError(function + ": the mask must be bool (True = may attend), got " + std::string(py::str(m->dtype())));
+    return view_of<bool>(*m, function, "mask");
+}
+
+struct Problem {
+    std::optional<double> scale;
+    std::string causal, empty_rows = "throw";
+    bool check_finite = true;
+    attn::SdpaOptions options(const std::string& function) const {
+        return attn::cli::sdpa_options_from(scale, causal, empty_rows, check_finite, function);
+    }
+};
+
+bool is_float32(const py::array& q) { return q.dtype().is(py::dtype::of<float>()); }
+
+void require_float(const py::array& q, const std::string& function) {
+    if (!is_float32(q) && !q.dtype().is(py::dtype::of<double>()))
+        throw attn::ConfigError(function + ": q must be float32 or float64, got " + std::string(py::str(q.dtype())));
+}
+
+template <class T>
+py::object sdpa_t(const py::array& q, const py::array& k, const py::array& v, const std::optional<py::array>& mask,
+                  const Problem& problem, const std::string& backend, bool return_weights, int num_threads) {
+    const std::string fn = "attn.sdpa";
+    attn::SdpaOptions o = problem.options(fn);
+    if (backend == "reference") o.backend = attn::Backend::Reference;
+    else if (backend == "tiled") o.backend = attn::Backend::Tiled;
+    else if (backend != "auto") throw attn::ConfigError(fn + ": backend must be auto, reference or tiled, got '" + backend + "'");
+    o.return_weights = return_weights;
+    o.num_threads = num_threads;
+    const auto r = attn::scaled_dot_product_attention(view_of<T>(q, fn, "q"), view_of<T>(k, fn, "k"), view_of<T>(v, fn, "v"),
+                                                      mask_of(mask, fn), o);
+    if (!return_weights) return to_numpy(r.output);
+    return py::make_tuple(to_numpy(r.output), r.weights ? py::object(to_numpy(*r.weights)) : py::none());
+}
+
+template <class T>
+attn::oracle::Result<T> oracle_t(const std::string& fn, const py::array& q, const py::array& k, const py::array& v,
+                                 const std::optional<py::array>& mask, const Problem& problem, const std::string& model,
+                                 Index key_block, bool statistical) {
+    attn::oracle::OracleOptions oo;
+    oo.model = attn::oracle::model_by_name(model, key_block);
+    oo.statistical = statistical;
+    return attn::oracle::scaled_dot_product_attention<T>(view_of<T>(q, fn, "q"), view_of<T>(k, fn, "k"), view_of<T>(v, fn, "v"),
+                                                         mask_of(mask, fn), problem.options(fn), oo);
+}
+
+py::dict comparison_dict(const attn::oracle::Comparison& c) {
+    py::dict d;
+    d["elements"] = c.elements;
+    d["violations"] = c.violations;
+    d["unbounded"] = c.unbounded;
+    d["nonfinite_mismatches"] = c.nonfinite_mismatches;
+    d["max_ulp"] = c.max_ulp;
+    d["max_abs"] = c.max_abs;
+    d["max_rel"] = c.max_rel;
+    d["tightness"] = c.max_tightness;
+    d["worst_index"] = py::tuple(py::cast(c.worst_index));
+    d["worst_computed"] = c.worst_computed;
+    d["worst_exact"] = c.worst_exact;
+    d["worst_bound"] = c.worst_bound;
+    d["summary"] = c.summary();
+    return d;
+}
+
+template <class T>
+py::dict check_t(const py::array& q, const py::array& k, const py::array& v, const py::array& out,
+                 const std::optional<py::array>& mask, const Problem& problem, const std::string& model, Index key_block) {
+    const std::string fn = "attn.check";
+    const attn::oracle::Result<T> r = oracle_t<T>(fn, q, k, v, mask, problem, model, key_block, true);
+    const attn::TensorView<const T> candidate = view_of<T>(out, fn, "out");
+    if (candidate.shape() != r.output.shape())
+        throw attn::ShapeError(fn + ": out is " + attn::to_string(candidate.shape()) + " but the output of q, k, v is " +
+                               attn::to_string(r.output.shape()));
+    const attn::oracle::CheckVerdict verdict = attn::oracle::check_candidate<T>(candidate, r, std::nullopt);
+    py::dict d = comparison_dict(verdict.output);
+    d["passed"] = verdict.pass();
+    d["suspicious"] = verdict.suspicious();
+    d["model"] = r.model.name;
+    d["dtype"] = std::is_same_v<T, float> ? "float32" : "float64";
+    d["oracle_bits"] = r.bits;
+    return d;
+}
+
+// ---- serve: a Python callable as a kernel worker ----------------------------------------------------------------
+
+void copy_into(char* to, std::size_t size, const std::string& from) {
+    const std::size_t n = std::min(size - 1, from.size());
+    std::memcpy(to, from.data(), n);
+    to[n] = '\0';
+}
+
+py::array region_view(char* region, const attn::plugin::wire::TensorRef& ref, const py::dtype& dtype, py::handle base) {
+    std::vector<py::ssize_t> shape(ref.shape, ref.shape + 4), strides(4);
+    for (int d = 0; d < 4; ++d) strides[static_cast<std::size_t>(d)] = ref.strides[d] * dtype.itemsize();
+    return py::array(dtype, shape, strides, region + ref.offset, base);
+}
+
+int serve(py::function fn, py::dict declaration, const std::string& program, const std::vector<std::string>& args,
+          const std::vector<std::string>& env) {
+    namespace wire = attn::plugin::wire;
+    wire::Hello hello;
+    hello.abi_version = ATTN_KERNEL_ABI_VERSION;
+    copy_into(hello.name, sizeof hello.name, py::cast<std::string>(declaration["name"]));
+    copy_into(hello.version, sizeof hello.version, py::cast<std::string>(declaration["version"]));
+    copy_into(hello.description, sizeof hello.description, py::cast<std::string>(declaration["description"]));
+    copy_into(hello.error_model, sizeof hello.error_model, py::cast<std::string>(declaration["error_model"]));
+    hello.dtypes = py::cast<std::uint32_t>(declaration["dtypes"]);
+    hello.masks = py::cast<std::uint32_t>(declaration["masks"]);
+    hello.empty_rows = py::cast<std::uint32_t>(declaration["empty_rows"]);
+    hello.gqa = py::cast<bool>(declaration["gqa"]);
+    hello.strided = py::cast<bool>(declaration["strided"]);
+    hello.weights = 0;
+    hello.max_dk = py::cast<std::int64_t>(declaration["max_dk"]);
+    hello.max_dv = py::cast<std::int64_t>(declaration["max_dv"]);
+    hello.key_block = py::cast<std::int64_t>(declaration["key_block"]);
+    hello.exp_ulps = py::cast<double>(declaration["exp_ulps"]);
+    const bool pass_policy = hello.empty_rows == (ATTN_KERNEL_EMPTY_ZERO | ATTN_KERNEL_EMPTY_NAN);
+    py::object unsupported = declaration["unsupported"];
+
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) throw std::runtime_error(std::string("socketpair: ") + std::strerror(errno));
+    const int memfd = memfd_create("attn-python-kernel", MFD_CLOEXEC);
+    if (memfd < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+    const int child_socket = std::max(sv[1], memfd) + 1, child_memfd = child_socket + 1;
+    std::vector<std::string> argv_s = {program};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    argv_s.push_back("--kernel-connection");
+    argv_s.push_back(std::to_string(child_socket) + "," + std::to_string(child_memfd));
+    std::vector<char*> argv, envp;
+    for (std::string& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_s = env;
+    for (std::string& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, sv[1], child_socket);
+    posix_spawn_file_actions_adddup2(&actions, memfd, child_memfd);
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    close(sv[1]);
+    if (rc != 0) {
+        close(sv[0]);
+        close(memfd);
+        throw std::runtime_error("attn.properties: cannot start " + program + ": " + std::strerror(rc));
+    }
+    const int sock = sv[0];
+    const auto finish = [&](bool kill_it) {
+        close(sock);
+        if (kill_it) kill(pid, SIGKILL);
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        close(memfd);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    };
+    send(sock, &hello, sizeof hello, MSG_NOSIGNAL);
+
+    py::module_ numpy = py::module_::import("numpy");
+    char* region = nullptr;
+    std::uint64_t mapped = 0;
+    for (;;) {
+        pollfd pfd{sock, POLLIN, 0};
+        const int ready = poll(&pfd, 1, 200);
+        if (ready == 0 || (ready < 0 && errno == EINTR)) {
+            if (PyErr_CheckSignals() != 0) {  // Ctrl-C: stop attn, and let Python raise
+                if (region) munmap(region, mapped);
+                finish(true);
+                throw py::error_already_set();
+            }
+            continue;
+        }
+        wire::Request request;
+        const ssize_t n = recv(sock, &request, sizeof request, 0);
+        if (n <= 0) break;  // attn is done
+        if (n != static_cast<ssize_t>(sizeof request) || request.magic != wire::kMagic) break;
+        if (request.region_bytes != mapped) {
+            if (region) munmap(region, mapped);
+            void* p = mmap(nullptr, request.region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+            if (p == MAP_FAILED) break;
+            region = static_cast<char*>(p);
+            mapped = request.region_bytes;
+        }
+        wire::Reply reply;
+        try {
+            const py::dtype dtype = request.bits == 32 ? py::dtype::of<float>() : py::dtype::of<double>();
+            // The views live as long as this call: the region is remapped when a later call needs more room.
+            py::array q = region_view(region, request.q, dtype, py::none());
+            py::array k = region_view(region, request.k, dtype, py::none());
+            py::array v = region_view(region, request.v, dtype, py::none());
+            py::array out = region_view(region, request.out, dtype, py::none());
+            py::object mask = py::none();
+            if (request.mask.offset >= 0) mask = region_view(region, request.mask, py::dtype::of<bool>(), py::none());
+            py::dict kw;
+            kw["mask"] = mask;
+            kw["causal"] = request.causal == ATTN_KERNEL_CAUSAL_TL   ? py::object(py::str("top-left"))
+                           : request.causal == ATTN_KERNEL_CAUSAL_BR ? py::object(py::str("bottom-right"))
+                                                                     : py::object(py::none());
+            kw["scale"] = request.scale;
+            if (pass_policy) kw["empty_rows"] = request.empty_rows == ATTN_KERNEL_EMPTY_NAN ? "nan" : "zero";
+            py::object result = numpy.attr("asarray")(fn(q, k, v, **kw));
+            py::array got = result.cast<py::array>();
+            const std::string expected = std::string(py::str(out.dtype())) + " " + std::string(py::str(py::tuple(out.attr("shape"))));
+            const std::string returned = std::string(py::str(got.dtype())) + " " + std::string(py::str(py::tuple(got.attr("shape"))));
+            if (!got.dtype().is(out.dtype()) || !py::tuple(got.attr("shape")).equal(py::tuple(out.attr("shape")))) {
+                reply.status = ATTN_KERNEL_FAILED;
+                copy_into(reply.message, sizeof reply.message, "returned " + returned + "; expected " + expected);
+            } else {
+                numpy.attr("copyto")(out, got);
+                reply.status = ATTN_KERNEL_OK;
+            }
+        } catch (py::error_already_set& e) {
+            if (e.matches(PyExc_KeyboardInterrupt)) {
+                if (region) munmap(region, mapped);
+                finish(true);
+                throw;
+            }
+            // The exception's type and text, without the traceback (the reason is counted or shown in one line).
+            const bool declined = e.matches(unsupported);
+            reply.status = declined ? ATTN_KERNEL_UNSUPPORTED : ATTN_KERNEL_FAILED;
+            const std::string text = py::str(e.value());
+            copy_into(reply.message, sizeof reply.message,
+                      declined ? text : "raised " + std::string(py::str(e.type().attr("__name__"))) + ": " + text);
+        }
+        if (send(sock, &reply, sizeof reply, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof reply)) break;
+    }
+    if (region) munmap(region, mapped);
+    return finish(false);
+}
+
+Problem problem_of(std::optional<double> scale, std::optional<std::string> causal, const std::string& empty_rows) {
+    Problem p;
+    p.scale = scale;
+    p.causal = causal.value_or("");
+    p.empty_rows = empty_rows;
+    return p;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_attn, m) {
+    m.doc() = "attn's compiled half; use the attn package";
+    static py::exception<attn::Error> error(m, "Error", PyExc_ValueError);
+    py::register_exception<attn::ShapeError>(m, "ShapeError", error.ptr());
+    py::register_exception<attn::MaskError>(m, "MaskError", error.ptr());
+    py::register_exception<attn::ValueError>(m, "ValueError", error.ptr());
+    py::register_exception<attn::ConfigError>(m, "ConfigError", error.ptr());
+    m.attr("ATTN_PROGRAM") = ATTN_PROGRAM;
+    m.attr("KERNEL_ABI_VERSION") = ATTN_KERNEL_ABI_VERSION;
+
+    m.def("sdpa", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
+                     std::optional<std::string> causal, std::optional<double> scale, const std::string& empty_rows,
+                     const std::string& backend, bool return_weights, int num_threads) {
+        require_float(q, "attn.sdpa");
+        const Problem p = problem_of(scale, causal, empty_rows);
+        return is_float32(q) ? sdpa_t<float>(q, k, v, mask, p, backend, return_weights, num_threads)
+                             : sdpa_t<double>(q, k, v, mask, p, backend, return_weights, num_threads);
+    });
+    m.def("oracle", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
+                       std::optional<std::string> causal, std::optional<double> scale, const std::string& empty_rows,
+                       const std::string& model, Index key_block) {
+        require_float(q, "attn.oracle");
+        const Problem p = problem_of(scale, causal, empty_rows);
+        const auto pack = [](const auto& r) {
+            py::dict d;
+            d["output"] = to_numpy(r.output);
+            d["bound"] = to_numpy(r.output_bound);
+            d["weights"] = to_numpy(r.weights);
+            d["weights_bound"] = to_numpy(r.weights_bound);
+            d["model"] = r.model.name;
+            d["bits"] = r.bits;
+            return d;
+        };
+        return is_float32(q) ? pack(oracle_t<float>("attn.oracle", q, k, v, mask, p, model, key_block, false))
+                             : pack(oracle_t<double>("attn.oracle", q, k, v, mask, p, model, key_block, false));
+    });
+    m.def("check", [](const py::array& q, const py::array& k, const py::array& v, const py::array& out,
+                      std::optional<py::array> mask, std::optional<std::string> causal, std::optional<double> scale,
+                      const std::string& empty_rows, const std::string& model, Index key_block) {
+        require_float(q, "attn.check");
+        const Problem p = problem_of(scale, causal, empty_rows);
+        return is_float32(q) ? check_t<float>(q, k, v, out, mask, p, model, key_block)
+                             : check_t<double>(q, k, v, out, mask, p, model, key_block);
+    });
+    m.def("serve", &serve);
+}

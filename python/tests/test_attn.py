@@ -1,0 +1,124 @@
+"""The Python module, used as a PyTorch or NumPy user would: attn.sdpa and attn.check on arrays and tensors, and
+attn.properties on Python functions, a correct one passing and a buggy one failing with the property that names
+the bug. Run: PYTHONPATH=build/release/python /usr/bin/python3 -m pytest python/tests"""
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attn
+
+
+def inputs(dtype=np.float32, B=2, H=3, Tq=5, Tk=6, Dk=4, Dv=2, seed=0):
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(s).astype(dtype) for s in ((B, H, Tq, Dk), (B, H, Tk, Dk), (B, H, Tk, Dv)))
+
+
+def attention(q, k, v, mask, causal, scale, multiply_by_mask=False):
+    """Plain NumPy attention in float64, rounded once. With multiply_by_mask, blocked keys get weight 0 by a
+    multiplication over every key: the classic bug that lets a NaN in a padded value reach every output."""
+    repeat = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, repeat, axis=1).astype(np.float64), np.repeat(v, repeat, axis=1).astype(np.float64)
+    with np.errstate(over="ignore"):
+        s = scale * np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k)
+    Tq, Tk = s.shape[-2:]
+    allowed = np.ones(s.shape, dtype=bool) if mask is None else np.broadcast_to(mask, s.shape).copy()
+    i, j = np.arange(Tq)[:, None], np.arange(Tk)[None, :]
+    if causal == "top-left":
+        allowed &= j <= i
+    elif causal == "bottom-right":
+        allowed &= j <= i + Tk - Tq
+    s = np.where(allowed, s, -np.inf)
+    m = np.max(s, axis=-1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.where(allowed, np.exp(s - np.where(np.isfinite(m), m, 0)), 0.0)
+        p = e / np.sum(e, axis=-1, keepdims=True)
+    if multiply_by_mask:
+        out = np.einsum("bhij,bhjd->bhid", p * allowed, v)
+    else:  # each query sums over the keys it may read, and nothing else enters (a NaN stays where it is)
+        with np.errstate(invalid="ignore"):
+            out = np.where(allowed[..., None], p[..., None] * v[:, :, None], 0.0).sum(axis=3)
+    return out.astype(q.dtype)
+
+
+def test_sdpa_agrees_with_the_oracle_and_with_torch():
+    q, k, v = inputs()
+    out = attn.sdpa(q, k, v, causal="bottom-right")
+    assert out.shape == (2, 3, 5, 2) and out.dtype == np.float32
+    assert attn.check(q, k, v, out, causal="bottom-right").passed
+    torch_out, _ = F._scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), None, 0.0, False, False)
+    result = attn.check(q, k, v, torch_out)  # a torch tensor is taken as it is
+    assert result.passed and result.violations == 0 and 0 < result.tightness <= 1
+    assert len(result.worst_index) == 4 and result.max_ulp >= 0
+
+
+def test_check_names_the_worst_element_of_a_wrong_output():
+    q, k, v = inputs(np.float64)
+    out = attn.sdpa(q, k, v)  # not causal
+    result = attn.check(q, k, v, out, causal="top-left")
+    assert not result.passed and result.violations > 0 and result.tightness > 1
+    assert "over the bound" in result.summary
+
+
+def test_bad_input_is_refused_naming_the_function_and_tensors():
+    q, k, v = inputs()
+    with pytest.raises(attn.ConfigError, match="attn.sdpa: k is float64, expected float32 like q"):
+        attn.sdpa(q, k.astype(np.float64), v)
+    with pytest.raises(attn.ShapeError, match=r"q has Dk=4 but k has Dk=3"):
+        attn.sdpa(q, k[..., :3], v)
+    with pytest.raises(attn.ConfigError, match="causal must be top-left or bottom-right"):
+        attn.sdpa(q, k, v, causal="upper")
+    with pytest.raises(attn.MaskError):
+        attn.sdpa(q, k, v, np.zeros((5, 6), dtype=bool))
+
+
+def test_a_correct_function_passes_and_what_it_does_not_declare_is_listed(tmp_path):
+    result = attn.properties(attention, name="numpy_attention", gqa=True, seed=1, cases_dir=str(tmp_path))
+    assert result.passed, result.failures
+    judged = {r["property"] for r in result.runs if r["status"] == "passed"}
+    assert {"matches_oracle_within_bound", "padding_values_do_not_matter", "future_tokens_do_not_change_past_outputs",
+            "gqa_equals_mha_with_repeated_kv_heads"} <= judged
+    # It declares no empty-row policy: the cases with empty rows are skipped, counted, never passed silently.
+    empty = [r for r in result.runs if r["property"] == "empty_rows_follow_the_policy"]
+    assert empty and all(r["status"] == "skipped" for r in empty)
+    assert any("no allowed key" in reason for r in result.runs for reason in r.get("skipped", {}))
+
+
+def test_mask_by_multiplication_fails_the_padding_property_and_replays(tmp_path):
+    def multiplied(q, k, v, mask, causal, scale):
+        return attention(q, k, v, mask, causal, scale, multiply_by_mask=True)
+
+    result = attn.properties(multiplied, property="padding_values_do_not_matter", seed=1, cases_dir=str(tmp_path))
+    assert not result.passed
+    failure = result.failures[0]
+    assert failure["property"] == "padding_values_do_not_matter"
+    assert failure["reproduce"].startswith("attn.properties(fn, replay=")
+    assert os.path.exists(failure["case_file"])
+    assert not attn.properties(multiplied, replay=failure["case_file"], cases_dir=str(tmp_path)).passed
+    assert attn.properties(attention, name="multiplied", replay=failure["case_file"], cases_dir=str(tmp_path)).passed
+
+
+def test_torch_functions_get_tensors_and_unsupported_cases_are_skipped(tmp_path):
+    def torch_sdpa(q, k, v, mask, causal, scale):
+        assert isinstance(q, torch.Tensor)
+        if abs(scale - q.shape[-1] ** -0.5) > 1e-12 * scale:
+            raise attn.Unsupported("a scale other than 1/sqrt(Dk) (PyTorch 1.13 takes none)")
+        out, _ = F._scaled_dot_product_attention(q, k, v, mask, 0.0, False, False)
+        return out
+
+    result = attn.properties(torch_sdpa, framework="torch", masks=("bool",), property="rows_sum_to_one", seed=1,
+                             cases_dir=str(tmp_path))
+    assert result.passed, result.failures
+    reasons = {reason for r in result.runs for reason in r.get("skipped", {})}
+    assert any("PyTorch 1.13 takes none" in reason for reason in reasons), reasons
+
+
+def test_a_function_returning_the_wrong_shape_fails_with_both_shapes(tmp_path):
+    def wrong(q, k, v, mask, causal, scale):
+        return np.zeros(q.shape[:-1] + (v.shape[-1] + 1,), dtype=q.dtype)
+
+    result = attn.properties(wrong, property="matches_oracle_within_bound", seed=1, cases_dir=str(tmp_path))
+    assert not result.passed
+    assert "returned float" in result.failures[0]["message"] and "expected float" in result.failures[0]["message"]
