@@ -4,9 +4,12 @@
 //
 // By default the targets check the library (attn::scaled_dot_product_attention). When the implementation registry
 // is linked (ATTN_FUZZ_HAVE_SUITE), ATTN_FUZZ_IMPL=<name> selects any registered implementation instead, which is
-// how the mutants are run under the fuzzers (`attn fuzz --mutants`).
+// how the mutants are run under the fuzzers (`attn fuzz --mutants`), and ATTN_FUZZ_KERNEL=<file> an external
+// kernel library (attn/kernel_abi.h; `attn fuzz --kernel`), run in its worker process: a crash or a hang there
+// comes back as an exception, which the target reports as a finding like any other failed check.
 #pragma once
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -23,29 +26,69 @@
 
 namespace attn::fuzz {
 
+// Thrown for an input the candidate does not support (an external kernel's undeclared mask kind, dtype, ...): the
+// target rejects the input (libFuzzer keeps it out of the corpus). Not a std::exception, so that no check's
+// handler of unexpected exceptions takes it for a failure.
+struct SkipInput {};
+
+#if ATTN_FUZZ_HAVE_SUITE
+inline const suite::Implementation* candidate_implementation() {
+    static const suite::Implementation* impl = []() -> const suite::Implementation* {
+        if (const char* kernel = std::getenv("ATTN_FUZZ_KERNEL"); kernel && *kernel) {
+            try {
+                const suite::Implementation& loaded = suite::load_external(kernel);
+                if (std::getenv("ATTN_FUZZ_PRINT_KERNEL")) {  // `attn fuzz --kernel` asks for the name, no more
+                    std::printf("attn fuzz kernel: %s\n", loaded.name.c_str());
+                    std::exit(0);
+                }
+                return &loaded;
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "attn fuzz: %s\n", e.what());
+                std::exit(2);
+            }
+        }
+        const char* name = std::getenv("ATTN_FUZZ_IMPL");
+        return name && *name && std::string(name) != "library" ? &suite::implementation(name) : nullptr;
+    }();
+    return impl;
+}
+
+// Chosen at start: an external kernel is loaded (or refused, exit 2) before the first input.
+inline const bool candidate_chosen_at_start = candidate_implementation() != nullptr || true;
+
+// impl.run, with an input it does not support turned into SkipInput.
+template <class T>
+SdpaResult<T> run_implementation(const suite::Implementation& impl, TensorView<const T> q, TensorView<const T> k,
+                                 TensorView<const T> v, std::optional<TensorView<const bool>> allowed_mask,
+                                 const SdpaOptions& options) {
+    try {
+        return impl.template run<T>(q, k, v, allowed_mask, options);
+    } catch (const suite::Unsupported&) {
+        throw SkipInput{};
+    }
+}
+#endif
+
 // The name of the implementation under test ("library" when none is selected).
 inline const std::string& candidate_name() {
     static const std::string name = [] {
+#if ATTN_FUZZ_HAVE_SUITE
+        if (const suite::Implementation* impl = candidate_implementation()) return impl->name;
+#endif
         const char* env = std::getenv("ATTN_FUZZ_IMPL");
         return std::string(env && *env ? env : "library");
     }();
     return name;
 }
 
-#if ATTN_FUZZ_HAVE_SUITE
-inline const suite::Implementation* candidate_implementation() {
-    static const suite::Implementation* impl =
-        candidate_name() == "library" ? nullptr : &suite::implementation(candidate_name());
-    return impl;
-}
-#endif
-
 template <class T>
 SdpaResult<T> run_candidate(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                             std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
 #if ATTN_FUZZ_HAVE_SUITE
-    if (const suite::Implementation* impl = candidate_implementation())
-        return impl->template run<T>(q, k, v, allowed_mask, options);
+    if (const suite::Implementation* impl = candidate_implementation()) {
+        if (options.return_weights && !impl->returns_weights) throw SkipInput{};  // the checks expect weights
+        return run_implementation<T>(*impl, q, k, v, allowed_mask, options);
+    }
 #endif
     return scaled_dot_product_attention(q, k, v, allowed_mask, options);
 }

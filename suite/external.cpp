@@ -90,6 +90,12 @@ SdpaResult<T> run_external(KernelProcess& kernel, TensorView<const T> q, TensorV
 
     // The kernel's (B, H): B the first batch dim, H the product of the others (the grouped-query layout's (G, R)
     // merge into H = G R in this order); rank-0 and rank-1 batches get 1s.
+    // No batch element: nothing to compute, nothing to send (found by attn fuzz --kernel: H = 0 divided).
+    if (p.batch == 0) {
+        SdpaResult<T> empty{Tensor<T>(p.output_shape()), std::nullopt};
+        if (options.return_weights && info.weights) empty.weights = Tensor<T>(p.weights_shape());
+        return empty;
+    }
     const Shape& bs = p.batch_shape;
     const Index B = bs.empty() ? 1 : (bs.size() == 1 ? 1 : bs[0]);
     const Index H = p.batch / std::max<Index>(1, B);

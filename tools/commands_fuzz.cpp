@@ -38,6 +38,8 @@ struct FuzzSettings {
     double mutant_seconds = 60;
     bool no_build = false;
     std::string build_dir;  // default <source>/build/fuzz
+    std::string kernel;     // an external kernel library (attn/kernel_abi.h) to fuzz instead of the library
+    std::string cases_dir = "attn-cases";
 };
 
 // Runs a shell command, returning its exit code and stdout+stderr.
@@ -92,11 +94,26 @@ std::string fingerprint_text(const std::string& separator) {
 
 struct Paths {
     fs::path source, release, fuzz_build;
+    // With an external kernel: its library, and the directory its corpus, findings and figures go to (attn's own
+    // corpus and regressions are attn's: they only seed the kernel's corpus).
+    fs::path kernel, kernel_dir;
     fs::path fuzzer(const std::string& target) const { return fuzz_build / "fuzz" / ("fuzz_" + target); }
-    fs::path corpus(const std::string& target) const { return source / "fuzz" / "corpus" / target; }
+    // The fuzzer as a shell command: the kernel, when there is one, chosen through the environment.
+    std::string fuzzer_command(const std::string& target) const {
+        return (kernel.empty() ? "" : "ATTN_FUZZ_KERNEL=" + quote(kernel) + " ") + quote(fuzzer(target));
+    }
+    fs::path committed_corpus(const std::string& target) const { return source / "fuzz" / "corpus" / target; }
+    fs::path corpus(const std::string& target) const {
+        return kernel.empty() ? committed_corpus(target) : kernel_dir / "fuzz-corpus" / target;
+    }
     fs::path dict(const std::string& target) const { return source / "fuzz" / "dict" / (target + ".dict"); }
-    fs::path regressions(const std::string& target) const { return source / "regressions" / "fuzz" / target; }
-    fs::path runs(const std::string& target) const { return fuzz_build / "runs" / target; }
+    fs::path regressions(const std::string& target) const {
+        return kernel.empty() ? source / "regressions" / "fuzz" / target : kernel_dir / "fuzz" / target;
+    }
+    fs::path runs(const std::string& target) const {
+        return fuzz_build / "runs" / (kernel.empty() ? target : kernel_dir.filename().string() + "-" + target);
+    }
+    fs::path figures() const { return kernel.empty() ? fuzz_build / "fuzz.json" : kernel_dir / "fuzz.json"; }
 };
 
 // Configures (once) and builds the fuzz preset: clang, libFuzzer, ASan + UBSan + float-divide-by-zero.
@@ -142,7 +159,7 @@ fs::path save_finding(const Paths& paths, const std::string& target, const fs::p
     fs::path input = artifact;
     // libFuzzer writes the crash files of every attempt to its working directory: run it in the artifact's own
     // directory, never in the caller's (the launcher keeps the caller's directory).
-    const std::string in_artifacts = "cd " + quote(artifact.parent_path()) + " && " + quote(paths.fuzzer(target)) +
+    const std::string in_artifacts = "cd " + quote(artifact.parent_path()) + " && " + paths.fuzzer_command(target) +
                                      " -artifact_prefix=" + quote(artifact.parent_path()) + "/";
     if (kind == "crash") {
         const fs::path minimised = artifact.string() + ".min";
@@ -159,9 +176,10 @@ fs::path save_finding(const Paths& paths, const std::string& target, const fs::p
     fs::copy_file(input, saved, fs::copy_options::overwrite_existing);
     std::ofstream(saved.string() + ".note") << "target=" << target << " date=" << utc_now("%Y-%m-%d")
                                             << " kind=" << kind << " symptom: " << symptom << "\n";
+    const std::string env = paths.kernel.empty() ? "" : "ATTN_FUZZ_KERNEL=" + quote(paths.kernel) + " ";
     std::cout << "attn fuzz: " << target << " finding saved to " << saved << "\n  " << symptom
-              << "\n  replay: " << (paths.release / "fuzz" / ("fuzz_" + target)).string() << " " << saved.string()
-              << "\n  replay under the sanitizers: " << paths.fuzzer(target).string() << " " << saved.string() << "\n";
+              << "\n  replay: " << env << (paths.release / "fuzz" / ("fuzz_" + target)).string() << " " << saved.string()
+              << "\n  replay under the sanitizers: " << env << paths.fuzzer(target).string() << " " << saved.string() << "\n";
     return saved;
 }
 
@@ -179,10 +197,12 @@ TargetReport fuzz_target(const Paths& paths, const std::string& target, const Fu
               << "\n";
     // New units go to `fresh` (the first corpus dir); the committed corpus is read, then merged into at the end.
     const auto t0 = std::chrono::steady_clock::now();
-    run("cd " + quote(work) + " && " + quote(paths.fuzzer(target)) + common_flags(paths, target) +
+    // An external kernel's corpus starts from attn's committed one, read only.
+    const std::string seeds = paths.kernel.empty() ? "" : " " + quote(paths.committed_corpus(target));
+    run("cd " + quote(work) + " && " + paths.fuzzer_command(target) + common_flags(paths, target) +
         " -max_total_time=" + std::to_string(seconds) + " -jobs=" + std::to_string(s.jobs) +
         " -workers=" + std::to_string(s.jobs) + " -artifact_prefix=" + quote(artifacts) + "/ " + quote(fresh) + " " +
-        quote(paths.corpus(target)) + " > /dev/null 2>&1");
+        quote(paths.corpus(target)) + seeds + " > /dev/null 2>&1");
     report.seconds = seconds_since(t0);
     for (const auto& entry : fs::directory_iterator(work)) {
         if (entry.path().extension() != ".log") continue;
@@ -192,13 +212,13 @@ TargetReport fuzz_target(const Paths& paths, const std::string& target, const Fu
     }
     // Keep only the units that add coverage.
     // (Every libFuzzer call runs in `work`: a unit that crashes on the way is written to the working directory.)
-    capture("cd " + quote(work) + " && " + quote(paths.fuzzer(target)) + " -merge=1 " + quote(paths.corpus(target)) +
+    capture("cd " + quote(work) + " && " + paths.fuzzer_command(target) + " -merge=1 " + quote(paths.corpus(target)) +
             " " + quote(fresh));
     for (const auto& entry : fs::directory_iterator(artifacts))
         report.findings.push_back(save_finding(paths, target, entry.path()).string());
     // Coverage reached: the merged corpus replayed once.
     const std::string stats =
-        capture("cd " + quote(work) + " && " + quote(paths.fuzzer(target)) + " -runs=0 " + quote(paths.corpus(target)))
+        capture("cd " + quote(work) + " && " + paths.fuzzer_command(target) + " -runs=0 " + quote(paths.corpus(target)))
             .second;
     report.coverage = last_number_after(stats, "cov:");
     report.features = last_number_after(stats, "ft:");
@@ -316,6 +336,10 @@ Action add_fuzz_command(CLI::App& app) {
     fuzz->add_option("--mutant-seconds", settings.mutant_seconds, "Time budget per mutant and target");
     fuzz->add_flag("--no-build", settings.no_build, "Use the fuzz build as it is");
     fuzz->add_option("--build-dir", settings.build_dir, "The fuzz preset's build directory (default build/fuzz)");
+    fuzz->add_option("--kernel", settings.kernel,
+                     "Fuzz an external kernel (attn/kernel_abi.h) under the sdpa and backends targets instead of the "
+                     "library; its corpus, findings and figures go to --cases-dir/<kernel name>/");
+    fuzz->add_option("--cases-dir", settings.cases_dir, "Where --kernel's results go (default attn-cases)");
     return [fuzz]() -> int {
         if (!fuzz->parsed()) return not_mine;
         const FuzzSettings& s = settings;
@@ -323,7 +347,7 @@ Action add_fuzz_command(CLI::App& app) {
         // (measured: a 327-input replay took 1.7 s with the default policy, 0.08 s passive, under load 16).
         setenv("OMP_WAIT_POLICY", "passive", 0);
         Paths paths{ATTN_SOURCE_DIR, ATTN_BINARY_DIR, s.build_dir.empty() ? fs::path(ATTN_SOURCE_DIR) / "build" / "fuzz"
-                                                                            : fs::path(s.build_dir)};
+                                                                            : fs::path(s.build_dir), {}, {}};
         std::cout << "attn fuzz: " << fingerprint_text("\n  ") << "\n";
         if (capture("command -v clang++").first != 0) {
             std::cerr << "attn fuzz: clang++ not found; the libFuzzer targets need clang (deps/debian.txt)\n";
@@ -332,6 +356,28 @@ Action add_fuzz_command(CLI::App& app) {
         if (!s.no_build)
             if (const int rc = build_fuzz_preset(paths, s.smoke ? 2 : s.jobs)) return rc;
         std::vector<std::string> targets = built_targets(paths);
+        if (!s.kernel.empty()) {
+            if (s.smoke || s.mutants) {
+                std::cerr << "attn fuzz: --kernel runs timed fuzzing; --smoke and --mutants are about the library\n";
+                return 2;
+            }
+            paths.kernel = fs::absolute(s.kernel);
+            // Load it once here: a file that is no kernel is refused before any fuzzing (exit 2, the rule named).
+            const auto [rc, name] = capture("cd " + quote(paths.fuzz_build) + " && ATTN_FUZZ_KERNEL=" + quote(paths.kernel) +
+                                            " ATTN_FUZZ_PRINT_KERNEL=1 " + quote(paths.fuzzer("sdpa")) + " -runs=0");
+            const std::string prefix = "attn fuzz kernel: ";
+            const auto at = name.find(prefix);
+            if (rc != 0 || at == std::string::npos) {
+                std::cerr << "attn fuzz: " << s.kernel << " cannot be fuzzed:\n" << name;
+                return 2;
+            }
+            const std::string kernel_name = name.substr(at + prefix.size(), name.find('\n', at) - at - prefix.size());
+            paths.kernel_dir = fs::absolute(fs::path(s.cases_dir) / kernel_name);
+            std::cout << "attn fuzz: kernel " << kernel_name << " (" << paths.kernel.string() << "), results in "
+                      << paths.kernel_dir.string() << "\n";
+            // Only the targets that run a registered implementation take a kernel.
+            std::erase_if(targets, [](const std::string& t) { return t != "sdpa" && t != "backends"; });
+        }
         if (s.target != "all") {
             if (std::find(targets.begin(), targets.end(), s.target) == targets.end()) {
                 std::cerr << "attn fuzz: no target '" << s.target << "'; built targets:";
@@ -365,8 +411,9 @@ Action add_fuzz_command(CLI::App& app) {
         const nlohmann::json summary = {{"schema", "attn-fuzz/1"}, {"date", utc_now("%Y-%m-%dT%H:%M:%SZ")},
                                         {"fingerprint", numerics_fingerprint().id()}, {"jobs", s.jobs},
                                         {"targets", rows}};
-        std::ofstream(paths.fuzz_build / "fuzz.json") << summary.dump(2) << "\n";
-        std::cout << "attn fuzz: figures written to " << (paths.fuzz_build / "fuzz.json").string() << "\n";
+        fs::create_directories(paths.figures().parent_path());
+        std::ofstream(paths.figures()) << summary.dump(2) << "\n";
+        std::cout << "attn fuzz: figures written to " << paths.figures().string() << "\n";
         return findings == 0 ? 0 : 1;
     };
 }

@@ -241,37 +241,36 @@ Action add_properties_commands(CLI::App& app) {
         std::cerr << "attn: this build has no property suite (it needs the oracle)\n";
         return 2;
 #else
+        // An external kernel, from a library or a connected worker (the Python module), becomes the implementation
+        // under test; one that cannot be used is refused (exit 2) before anything runs.
+        const auto use_kernel = [&](const auto& load) {
+            try {
+                const suite::Implementation& k = load();
+                args.impl = k.name;
+                std::cout << "kernel " << k.name << ": " << k.description << "\n  declares: " << k.capabilities
+                          << "\n  what it does not declare is skipped and counted below\n";
+                return 0;
+            } catch (const plugin::LoadError& e) {
+                std::cerr << "attn: " << e.what() << "\n";
+                return 2;
+            }
+        };
+        if (!args.kernel.empty() && (!args.impl.empty() || !args.kernel_connection.empty())) {
+            std::cerr << "attn: --kernel, --kernel-connection and --impl each name the implementation; give one\n";
+            return 2;
+        }
         if (!args.kernel_connection.empty()) {
             int socket = -1, memfd = -1;
             if (std::sscanf(args.kernel_connection.c_str(), "%d,%d", &socket, &memfd) != 2 || socket < 0 || memfd < 0) {
                 std::cerr << "attn: --kernel-connection takes SOCKET_FD,MEMFD, got '" << args.kernel_connection << "'\n";
                 return 2;
             }
-            try {
-                const suite::Implementation& k = suite::connect_external(socket, memfd, "python");
-                args.impl = k.name;
-                std::cout << "kernel " << k.name << ": " << k.description << "\n  declares: " << k.capabilities
-                          << "\n  what it does not declare is skipped and counted below\n";
-            } catch (const plugin::LoadError& e) {
-                std::cerr << "attn: " << e.what() << "\n";
+            if (use_kernel([&]() -> const suite::Implementation& { return suite::connect_external(socket, memfd, "python"); }))
                 return 2;
-            }
         }
-        if (!args.kernel.empty()) {
-            if (!args.impl.empty()) {
-                std::cerr << "attn: --kernel and --impl name two implementations; give one\n";
-                return 2;
-            }
-            try {
-                const suite::Implementation& k = suite::load_external(args.kernel, args.kernel_timeout);
-                args.impl = k.name;
-                std::cout << "kernel " << k.name << ": " << k.description << "\n  declares: " << k.capabilities
-                          << "\n  what it does not declare is skipped and counted below\n";
-            } catch (const plugin::LoadError& e) {
-                std::cerr << "attn: " << e.what() << "\n";
-                return 2;
-            }
-        }
+        if (!args.kernel.empty() &&
+            use_kernel([&]() -> const suite::Implementation& { return suite::load_external(args.kernel, args.kernel_timeout); }))
+            return 2;
         if (props->parsed() && !args.case_config.empty()) return check_one_case(args.case_config, args.property);
         if (props->parsed() && !args.replay.empty()) return replay_files(args.replay);
         if (search->parsed()) return run_search(args);

@@ -313,8 +313,9 @@ void KernelProcess::forward(const ForwardCall& call, void* out, void* weights) {
     const auto dense = [](const std::array<std::int64_t, 4>& s) {
         return std::array<std::int64_t, 4>{s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
     };
+    // (An empty tensor may come with a null pointer: memcpy and memcmp never see it.)
     const auto send_input = [&](const InputTensor& t, std::size_t offset) {
-        std::memcpy(region_ + offset, t.data, t.bytes);
+        if (t.bytes) std::memcpy(region_ + offset, t.data, t.bytes);
         return ref(offset, t.shape, t.strides);
     };
     request.q = send_input(call.q, q_at);
@@ -372,7 +373,7 @@ void KernelProcess::forward(const ForwardCall& call, void* out, void* weights) {
     guards_intact(out_at, out_bytes, "out");
     if (call.want_weights) guards_intact(weights_at, weights_bytes, "weights");
     const auto unchanged = [&](const InputTensor& t, std::size_t offset, const char* name) {
-        if (std::memcmp(region_ + offset, t.data, t.bytes) != 0) wrong.push_back(std::string("wrote into its input ") + name);
+        if (t.bytes && std::memcmp(region_ + offset, t.data, t.bytes) != 0) wrong.push_back(std::string("wrote into its input ") + name);
     };
     unchanged(call.q, q_at, "q");
     unchanged(call.k, k_at, "k");
@@ -404,8 +405,8 @@ void KernelProcess::forward(const ForwardCall& call, void* out, void* weights) {
     if (reply.status != ATTN_KERNEL_OK)
         throw KernelFailure(who + " returned " + (reply.status == ATTN_KERNEL_FAILED ? "ATTN_KERNEL_FAILED" : "status " + std::to_string(reply.status)) +
                             ": " + reply.message);
-    std::memcpy(out, region_ + out_at, out_bytes);
-    if (call.want_weights && weights) std::memcpy(weights, region_ + weights_at, weights_bytes);
+    if (out_bytes) std::memcpy(out, region_ + out_at, out_bytes);
+    if (call.want_weights && weights && weights_bytes) std::memcpy(weights, region_ + weights_at, weights_bytes);
 }
 
 }  // namespace attn::plugin

@@ -106,3 +106,17 @@ TEST_CASE("a kernel's own refusals come back with its message", "[plugin]") {
     CHECK_THAT(failure(fails), Catch::Contains("kernel fails returned ATTN_KERNEL_FAILED: workspace allocation failed"));
     CHECK(fails.restarts() == 0);  // an error is an answer: the worker lives on
 }
+
+TEST_CASE("a call with empty tensors passes no null pointer on (found by attn fuzz --kernel)", "[plugin]") {
+    KernelProcess p(kernel("well_behaved"));
+    ForwardCall call;
+    const std::array<std::int64_t, 4> empty = {1, 1, 2, 0}, strides = {0, 0, 0, 1};
+    call.q = {nullptr, 0, empty, strides};  // Dk = 0: no bytes, and a null pointer as std::vector gives them
+    call.k = {nullptr, 0, empty, strides};
+    std::vector<float> v{1, 2, 3, 4};
+    call.v = {v.data(), v.size() * sizeof(float), {1, 1, 2, 2}, {4, 4, 2, 1}};
+    call.out_shape = {1, 1, 2, 2};
+    std::vector<float> out(4, 0.0f);
+    p.forward(call, out.data(), nullptr);
+    CHECK(out == std::vector<float>(4, 1.0f));
+}

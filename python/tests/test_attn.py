@@ -2,6 +2,7 @@
 attn.properties on Python functions, a correct one passing and a buggy one failing with the property that names
 the bug. Run: PYTHONPATH=build/release/python /usr/bin/python3 -m pytest python/tests"""
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -122,3 +123,26 @@ def test_a_function_returning_the_wrong_shape_fails_with_both_shapes(tmp_path):
     result = attn.properties(wrong, property="matches_oracle_within_bound", seed=1, cases_dir=str(tmp_path))
     assert not result.passed
     assert "returned float" in result.failures[0]["message"] and "expected float" in result.failures[0]["message"]
+
+
+def test_the_pytorch_verdicts_of_docs_external_md_hold(tmp_path):
+    """A part of docs/external.md's table, rerun with its seed: verdicts that follow from PyTorch's structure (a NaN
+    in a padded value row, the causal flag's alignment), and one within the oracle's bound."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    sys.path.insert(0, os.path.join(root, "python", "external"))
+    import torch_verdicts
+
+    committed = {}
+    for line in open(os.path.join(root, "docs", "external.md")):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("torch_"):
+            committed[(cells[0], cells[1])] = cells[2]
+    chosen = ["matches_oracle_within_bound", "padding_values_do_not_matter"]
+    table = torch_verdicts.verdicts(1, properties=chosen, cases_dir=str(tmp_path), kernels=["torch_sdpa_mask",
+                                                                                              "torch_sdpa_is_causal_as_br"])
+    for kernel, runs in table.items():
+        for prop in chosen:
+            assert torch_verdicts.status_of(runs[prop]) == committed[(kernel, prop)], (kernel, prop)
+    assert committed[("torch_sdpa_mask", "padding_values_do_not_matter")] == "fails"
+    assert committed[("torch_sdpa_is_causal_as_br", "matches_oracle_within_bound")] == "fails"
