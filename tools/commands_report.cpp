@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "commands.hpp"
+#if ATTN_HAVE_REPORTS
+#include "attn/plugin/kernel_process.hpp"
+#endif
 
 #if ATTN_HAVE_REPORTS
 #include "attn/report/report.hpp"
@@ -25,6 +28,8 @@ struct ReportSettings {
     std::string baseline;  // empty: reports/baselines/<fingerprint id>.json
     std::vector<std::string> impls;
     int jobs = 1;
+    std::string kernel;  // an external kernel library (attn/kernel_abi.h) to report on instead
+    std::string cases_dir = "attn-cases";
 };
 
 }  // namespace
@@ -57,6 +62,10 @@ Action add_report_command(CLI::App& app) {
         ->capture_default_str();
     report->add_flag("--no-plots", settings->no_plots, "Do not draw the plots");
     report->add_flag("--no-mutants", settings->no_mutants, "Skip the mutant table and the mutants' accuracy sweep");
+    report->add_option("--kernel", settings->kernel,
+                       "Report on an external kernel (attn/kernel_abi.h) instead: its rows only, no mutants, written to "
+                       "--cases-dir/<kernel name>/report unless --out says otherwise");
+    report->add_option("--cases-dir", settings->cases_dir, "Where --kernel's report goes (default attn-cases)");
 
     return [report, settings]() -> int {
         if (!report->parsed()) return not_mine;
@@ -89,6 +98,26 @@ Action add_report_command(CLI::App& app) {
         if (options.grid == report::GridKind::Quick) options.command += " --quick";
         if (options.grid == report::GridKind::Smoke) options.command += " --grid smoke";
         std::vector<const suite::Implementation*> impls;
+        if (!s.kernel.empty()) {
+            if (!s.impls.empty() || s.update_baseline) {
+                std::cerr << "attn report: --kernel reports on the kernel alone: no --impl, and never --update-baseline "
+                             "(the baselines are the library's)\n";
+                return 2;
+            }
+            try {
+                impls.push_back(&suite::load_external(s.kernel));
+            } catch (const plugin::LoadError& e) {
+                std::cerr << "attn report: " << e.what() << "\n";
+                return 2;
+            }
+            std::cout << "attn report: kernel " << impls.back()->name << " declares " << impls.back()->capabilities
+                      << "; the rows it does not support are listed as skipped\n";
+            if (s.out_dir.empty()) options.out_dir = s.cases_dir + "/" + impls.back()->name + "/report";
+            options.mutant_sweep = options.mutant_table = false;
+            options.drift_off = "the baselines hold the library's rows, and an external kernel's have none";
+            options.command += " --kernel " + s.kernel;
+            return report::run_report(options, impls, {}, std::cout).exit_code;
+        }
         if (s.impls.empty()) impls = suite::correct_implementations();
         for (const std::string& name : s.impls) impls.push_back(&suite::implementation(name));
         return report::run_report(options, impls, suite::mutants(), std::cout).exit_code;

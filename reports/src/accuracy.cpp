@@ -122,6 +122,8 @@ std::vector<Row> measure_t(const std::vector<const suite::Implementation*>& impl
             }
             const SdpaResult<T> got = impl.run<T>(in.q_view, in.k_view, in.v_view, in.allowed_view, options);
             fill_metrics(row, got.output, *exact);
+        } catch (const suite::Unsupported& e) {
+            row.skipped = e.what();
         } catch (const std::exception& e) {
             row.error = e.what();
         }

@@ -78,7 +78,8 @@ private:
 
 // Every (case, dtype) unit measured by `jobs` workers; the rows come back in grid order whatever the scheduling.
 std::vector<Row> sweep(const std::vector<Case>& cases, const std::vector<const suite::Implementation*>& impls,
-                       int jobs, const std::string& what, const std::string& filter = "") {
+                       int jobs, const std::string& what, const std::string& filter = "",
+                       std::map<std::string, int>* skipped = nullptr) {
     const Dtype dtypes[] = {Dtype::Float, Dtype::Double};
     const Index units = static_cast<Index>(cases.size()) * 2;
     std::vector<std::vector<Row>> results(static_cast<std::size_t>(units));
@@ -102,7 +103,13 @@ std::vector<Row> sweep(const std::vector<Case>& cases, const std::vector<const s
     progress.finish();
     std::vector<Row> rows;
     for (auto& unit : results)
-        for (auto& row : unit) rows.push_back(std::move(row));
+        for (auto& row : unit) {
+            if (!row.skipped.empty()) {
+                if (skipped) ++(*skipped)[row.skipped];
+                continue;
+            }
+            rows.push_back(std::move(row));
+        }
     return rows;
 }
 
@@ -142,6 +149,7 @@ std::string record_command(const ReportOptions& options) { return "./" + options
 // Why drift was not compared, as one sentence; `code` marks up paths and commands for the document.
 std::string not_checked_line(const Drift& d, const std::string& record, bool markup) {
     const auto code = [&](const std::string& x) { return markup ? "`" + x + "`" : x; };
+    if (!d.off.empty()) return "drift not checked: " + d.off;
     std::string why;
     if (!d.baseline_found) {
         why = "no baseline for fingerprint " + code(d.fingerprint) +
@@ -472,6 +480,20 @@ Section mutation_section(const std::string& project_root) {
     return s;
 }
 
+// The rows left out because the implementation does not support them (an external kernel's declaration).
+Section skipped_section(const std::map<std::string, int>& skipped) {
+    Section s{"Rows skipped", {}};
+    int total = 0;
+    for (const auto& [reason, count] : skipped) total += count;
+    s.paragraph(std::to_string(total) + " rows of the grid are left out: the implementation does not support them "
+                "(neither a pass nor a failure).");
+    Table t;
+    t.header = {"rows", "why"};
+    for (const auto& [reason, count] : skipped) t.rows.push_back({std::to_string(count), reason});
+    s.table(std::move(t));
+    return s;
+}
+
 Section reading_section() {
     Section s{"How to read this report", {}};
     s.paragraph("A ULP is the spacing of the dtype's numbers at the exact value; the bound is the oracle's rigorous "
@@ -578,6 +600,7 @@ Document make_document(const ReportOptions& options, const ReportRun& run, const
                        const std::vector<const suite::Implementation*>& mutants) {
     Document doc{"attn accuracy report", {}};
     doc.sections.push_back(summary_section(options, run.rows, run.summaries));
+    if (!run.skipped.empty()) doc.sections.push_back(skipped_section(run.skipped));
     doc.sections.push_back(machine_section(run.fingerprint));
     doc.sections.push_back(drift_section(run.drift, record_command(options)));
     doc.sections.push_back(failures_section(run.rows));
@@ -672,7 +695,10 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
         !options.baseline_path.empty() ? options.baseline_path
         : options.baselines_dir.empty() ? std::string()
                                         : baseline_file(options.baselines_dir, fingerprint);
-    std::vector<Row> baseline = read_baseline(options, baseline_path, run);
+    if (!options.drift_off.empty() && options.update_baseline)
+        throw ConfigError("report: no baseline is recorded here: " + options.drift_off);
+    run.drift.off = options.drift_off;
+    std::vector<Row> baseline = options.drift_off.empty() ? read_baseline(options, baseline_path, run) : std::vector<Row>{};
     // Another fingerprint rounds differently within the same bounds: its rows say nothing about drift here.
     const bool comparable = run.drift.baseline_found && run.drift.baseline_fingerprint == fingerprint;
 
@@ -688,7 +714,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
         << impls.size() << " implementations"
         << (options.filter.empty() ? std::string() : ", only rows matching '" + options.filter + "'")
         << ", fingerprint " << fingerprint << std::endl;
-    run.rows = sweep(cases, impls, options.jobs, "report", options.filter);
+    run.rows = sweep(cases, impls, options.jobs, "report", options.filter, &run.skipped);
     if (run.rows.empty()) throw ConfigError("report: no row of grid " + std::string(to_string(options.grid)) +
                                             " matches '" + options.filter + "'");
     run.summaries = summarize(run.rows);

@@ -19,6 +19,9 @@ struct Row {
     Case grid_case;
 
     std::string error;  // non-empty when the implementation or the oracle threw: the row failed
+    // Non-empty when the implementation does not support the case (an external kernel's suite::Unsupported): the
+    // report leaves the row out and counts it under this reason, as neither a pass nor a failure.
+    std::string skipped;
     Index elements = 0;
     double max_ulp = 0;
     double p99_ulp = 0;

@@ -35,6 +35,7 @@ struct Drift {
     bool baseline_found = false;       // a baseline file was there
     std::string baseline_fingerprint;  // the fingerprint id the baseline records ("" when it records none)
     bool checked = false;              // compared: found, and made on this fingerprint
+    std::string off;                   // why drift is not compared at all (ReportOptions::drift_off), or ""
     std::string baseline_grid;
     DriftMargin margin;
     Index compared = 0;       // rows present in both runs

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct ReportOptions {
     // (reports/baselines/), or baseline_path when it is set (its fingerprint must still match to be compared).
     std::string baselines_dir;
     std::string baseline_path;
+    std::string drift_off;      // non-empty: no baseline is read or written, and the report says why (this)
     bool check = false;         // exit 1 when a row regressed, violated its bound or failed
     bool update_baseline = false;  // write this run as the baseline in force (baseline_path, or baselines_dir/<id>.json)
     bool plots = true;
@@ -40,6 +42,7 @@ struct ReportRun {
     std::vector<Summary> summaries;
     NumericsFingerprint fingerprint;  // of this run
     Drift drift;
+    std::map<std::string, int> skipped;  // rows left out because the implementation does not support them, by reason
     int exit_code = 0;  // 0, or 1 under --check when something regressed, violated or failed
 };
 
