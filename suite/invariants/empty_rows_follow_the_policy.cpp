@@ -1,6 +1,9 @@
 // Invariant 14: rows with no allowed key follow the chosen policy: Throw names the row, Zero gives zeros, never a
-// silent NaN; NaN inputs still propagate under Zero.
+// silent NaN; NaN inputs still propagate under Zero; Nan gives NaN rows there and the oracle's values elsewhere.
+// An implementation may implement Zero or Nan only (an external kernel declares which): each policy it supports is
+// judged, and the case is skipped only when it supports neither.
 #include <cmath>
+#include <functional>
 
 #include "../checks.hpp"
 
@@ -10,7 +13,8 @@ Property empty_rows_follow_the_policy() {
     Property p;
     p.name = "empty_rows_follow_the_policy";
     p.sentence = "Rows with no allowed key follow the policy: Throw names the first such row, Zero gives zero rows and "
-                 "the oracle's values elsewhere with no NaN, and a NaN input still propagates under Zero.";
+                 "the oracle's values elsewhere with no NaN, a NaN input still propagates under Zero, and Nan gives "
+                 "NaN rows and the oracle's values elsewhere.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::EmptyRows}); };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         const Tensor<bool> allowed = expanded_allowed(c);
@@ -34,29 +38,59 @@ Property empty_rows_follow_the_policy() {
                 if (what.find("query row " + std::to_string(first)) == std::string::npos)
                     return "Throw policy: the MaskError does not name query row " + std::to_string(first) + ": " + what;
             }
-            // Zero: empty rows exactly 0, the rest within the oracle's bound, nothing NaN.
-            SdpaCase zero = c;
-            zero.options.empty_rows = EmptyRowPolicy::Zero;
-            const Tensor<T> out = run_impl<T>(impl, zero);  // (B, H, Tq, Dv)
-            for (Index x = 0; x < out.numel(); ++x) {
-                if (std::isnan(out[x])) return "Zero policy: NaN at output" + index_string(c, x, c.Dv);
-                if (empty[static_cast<std::size_t>(x / c.Dv)] && out[x] != 0)
-                    return "Zero policy: empty row gives " + num(out[x]) + " at output" + index_string(c, x, c.Dv);
+            const auto zero_policy = [&]() -> Verdict {
+                // Zero: empty rows exactly 0, the rest within the oracle's bound, nothing NaN.
+                SdpaCase zero = c;
+                zero.options.empty_rows = EmptyRowPolicy::Zero;
+                const Tensor<T> out = run_impl<T>(impl, zero);  // (B, H, Tq, Dv)
+                for (Index x = 0; x < out.numel(); ++x) {
+                    if (std::isnan(out[x])) return "Zero policy: NaN at output" + index_string(c, x, c.Dv);
+                    if (empty[static_cast<std::size_t>(x / c.Dv)] && out[x] != 0)
+                        return "Zero policy: empty row gives " + num(out[x]) + " at output" + index_string(c, x, c.Dv);
+                }
+                if (Verdict v = within_bound(out, oracle_for<T>(impl, zero), "Zero policy vs oracle")) return v;
+                // A NaN in the q row of a non-empty row still reaches that row's output under Zero.
+                Index victim = -1;
+                for (Index r = 0; r < c.B * c.H * c.Tq && victim < 0; ++r)
+                    if (!empty[static_cast<std::size_t>(r)]) victim = r;
+                if (victim < 0) return std::nullopt;  // every row empty: nothing to propagate to
+                SdpaCase poisoned = zero;
+                poisoned.options.check_finite = false;
+                poisoned.q[victim * c.Dk] = std::numeric_limits<double>::quiet_NaN();
+                const Tensor<T> bad = run_impl<T>(impl, poisoned);
+                for (Index d = 0; d < c.Dv; ++d)
+                    if (!std::isnan(bad[victim * c.Dv + d]))
+                        return "Zero policy: q NaN in row" + index_string(c, victim * c.Dv, c.Dv) +
+                               " did not propagate: output" + index_string(c, victim * c.Dv + d, c.Dv) + " is " +
+                               num(bad[victim * c.Dv + d]);
+                return std::nullopt;
+            };
+            const auto nan_policy = [&]() -> Verdict {
+                // Nan: empty rows NaN in every column, the rest the oracle's (within the bound, none NaN).
+                SdpaCase nan = c;
+                nan.options.empty_rows = EmptyRowPolicy::Nan;
+                const Tensor<T> out = run_impl<T>(impl, nan);
+                for (Index x = 0; x < out.numel(); ++x) {
+                    const bool is_empty = empty[static_cast<std::size_t>(x / c.Dv)];
+                    if (is_empty && !std::isnan(out[x]))
+                        return "Nan policy: empty row gives " + num(out[x]) + " at output" + index_string(c, x, c.Dv);
+                    if (!is_empty && std::isnan(out[x]))
+                        return "Nan policy: NaN in a row with allowed keys at output" + index_string(c, x, c.Dv);
+                }
+                return within_bound(out, oracle_for<T>(impl, nan), "Nan policy vs oracle");
+            };
+            // Each policy the implementation supports is judged; only one supporting neither skips the case.
+            std::optional<std::string> unsupported;
+            int judged = 0;
+            for (const auto& policy : {std::function<Verdict()>(zero_policy), std::function<Verdict()>(nan_policy)}) {
+                try {
+                    if (Verdict v = policy()) return v;
+                    ++judged;
+                } catch (const Unsupported& e) {
+                    unsupported = e.what();
+                }
             }
-            if (Verdict v = within_bound(out, oracle_for<T>(impl, zero), "Zero policy vs oracle")) return v;
-            // A NaN in the q row of a non-empty row still reaches that row's output under Zero.
-            Index victim = -1;
-            for (Index r = 0; r < c.B * c.H * c.Tq && victim < 0; ++r)
-                if (!empty[static_cast<std::size_t>(r)]) victim = r;
-            if (victim < 0) return std::nullopt;  // every row empty: nothing to propagate to
-            SdpaCase poisoned = zero;
-            poisoned.options.check_finite = false;
-            poisoned.q[victim * c.Dk] = std::numeric_limits<double>::quiet_NaN();
-            const Tensor<T> bad = run_impl<T>(impl, poisoned);
-            for (Index d = 0; d < c.Dv; ++d)
-                if (!std::isnan(bad[victim * c.Dv + d]))
-                    return "Zero policy: q NaN in row" + index_string(c, victim * c.Dv, c.Dv) + " did not propagate: output" +
-                           index_string(c, victim * c.Dv + d, c.Dv) + " is " + num(bad[victim * c.Dv + d]);
+            if (judged == 0 && unsupported) throw Unsupported(*unsupported);
             return std::nullopt;
         });
     };
