@@ -119,10 +119,11 @@ struct Paths {
 // Configures (once) and builds the fuzz preset: clang, libFuzzer, ASan + UBSan + float-divide-by-zero.
 int build_fuzz_preset(const Paths& paths, int jobs) {
     const std::string cd = "cd " + quote(paths.source) + " && ";
-    if (!fs::exists(paths.fuzz_build / "build.ninja")) {
+    // Configured every time (incremental): the list of targets below is the configure step's, and a target added
+    // since the last configure must be in it.
+    if (!fs::exists(paths.fuzz_build / "build.ninja"))
         std::cout << "attn fuzz: configuring the fuzz preset in " << paths.fuzz_build << "\n";
-        if (const int rc = run(cd + "cmake --preset fuzz -B " + quote(paths.fuzz_build) + " > /dev/null")) return rc;
-    }
+    if (const int rc = run(cd + "cmake --preset fuzz -B " + quote(paths.fuzz_build) + " > /dev/null")) return rc;
     // Only the fuzz targets (and what they link): the preset also configures the property tests, not needed here.
     std::string targets;
     std::istringstream names(read_text(paths.fuzz_build / "fuzz" / "targets.txt"));

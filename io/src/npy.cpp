@@ -1,5 +1,6 @@
 // .npy reader and writer. The reader trusts nothing: every length, extent and byte count is checked before use.
 #include "attn/io/npy.hpp"
+#include "attn/io/safetensors.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -231,6 +232,7 @@ Array parse(std::span<const unsigned char> bytes, const std::string& name) {
 }
 
 Array read_file(const std::string& path) {
+    if (std::string file, name; safetensors::split_path(path, &file, &name)) return safetensors::read_tensor(file, name);
     std::ifstream in(path, std::ios::binary);
     if (!in) fail(path, "cannot open for reading");
     std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -281,19 +283,27 @@ std::vector<unsigned char> serialize(TensorView<const T> tensor) {
     out.push_back(0);
     for (std::size_t i = 0; i < prefix - 8; ++i) out.push_back(static_cast<unsigned char>(header_length >> (8 * i)));
     out.insert(out.end(), dict.begin(), dict.end());
-    const std::size_t first = out.size();
-    out.resize(first + static_cast<std::size_t>(tensor.numel()) * sizeof(T));
-    std::size_t at = first;
-    for_each_index(tensor.shape(), [&](std::span<const Index> idx) {
-        const T value = tensor.at(idx);
-        std::memcpy(out.data() + at, &value, sizeof(T));
-        at += sizeof(T);
-    });
+    const Array array = to_array<T>(tensor);
+    out.insert(out.end(), array.data.begin(), array.data.end());
     return out;
 }
 
 template <class T>
+Array to_array(TensorView<const T> tensor) {
+    Array array{dtype_of<T>(), tensor.shape(), std::vector<unsigned char>(static_cast<std::size_t>(tensor.numel()) * sizeof(T))};
+    std::size_t at = 0;
+    for_each_index(tensor.shape(), [&](std::span<const Index> idx) {
+        const T value = tensor.at(idx);
+        std::memcpy(array.data.data() + at, &value, sizeof(T));
+        at += sizeof(T);
+    });
+    return array;
+}
+
+template <class T>
 void write_file(const std::string& path, TensorView<const T> tensor) {
+    if (std::string file, name; safetensors::split_path(path, &file, &name))
+        return safetensors::write_file(file, {{name, to_array<T>(tensor)}});
     const std::vector<unsigned char> bytes = serialize<T>(tensor);
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     if (!out) fail(path, "cannot open for writing");
@@ -305,6 +315,7 @@ void write_file(const std::string& path, TensorView<const T> tensor) {
 #define ATTN_NPY_INSTANTIATE(T)                                                       \
     template Tensor<T> to_tensor<T>(const Array&, const std::string&);                \
     template std::vector<unsigned char> serialize<T>(TensorView<const T>);            \
+    template Array to_array<T>(TensorView<const T>);                                  \
     template void write_file<T>(const std::string&, TensorView<const T>);
 ATTN_NPY_INSTANTIATE(float)
 ATTN_NPY_INSTANTIATE(double)

@@ -42,8 +42,13 @@ struct Array {
 // gives an IoError naming `name` and what is wrong; never a crash or an over-read.
 Array parse(std::span<const unsigned char> bytes, const std::string& name);
 
-// Reads and parses a file (IoError if it cannot be opened).
+// Reads and parses a file (IoError if it cannot be opened); "FILE.safetensors:NAME" reads that tensor of a
+// .safetensors file instead (attn/io/safetensors.hpp).
 Array read_file(const std::string& path);
+
+// A tensor's elements in C order, as an Array of its dtype.
+template <class T>
+Array to_array(TensorView<const T> tensor);
 
 // The array as a tensor of T; IoError naming `name` when the dtype is not T's.
 template <class T>
@@ -53,6 +58,7 @@ Tensor<T> to_tensor(const Array& array, const std::string& name);
 // '<f4', '<f8', '|b1' or '<i8'; data aligned to 64 bytes as numpy writes it).
 template <class T>
 std::vector<unsigned char> serialize(TensorView<const T> tensor);
+// "FILE.safetensors:NAME" writes a .safetensors file holding that one tensor instead.
 template <class T>
 void write_file(const std::string& path, TensorView<const T> tensor);
 
