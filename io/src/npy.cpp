@@ -1,12 +1,11 @@
 // .npy reader and writer. The reader trusts nothing: every length, extent and byte count is checked before use.
 #include "attn/io/npy.hpp"
 #include "attn/io/safetensors.hpp"
+#include "file_bytes.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
 
 namespace attn::npy {
@@ -233,11 +232,7 @@ Array parse(std::span<const unsigned char> bytes, const std::string& name) {
 
 Array read_file(const std::string& path) {
     if (std::string file, name; safetensors::split_path(path, &file, &name)) return safetensors::read_tensor(file, name);
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail(path, "cannot open for reading");
-    std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) fail(path, "read error");
-    return parse(bytes, path);
+    return parse(io_detail::read_bytes(path, "npy"), path);
 }
 
 template <class T>
@@ -304,12 +299,7 @@ template <class T>
 void write_file(const std::string& path, TensorView<const T> tensor) {
     if (std::string file, name; safetensors::split_path(path, &file, &name))
         return safetensors::write_file(file, {{name, to_array<T>(tensor)}});
-    const std::vector<unsigned char> bytes = serialize<T>(tensor);
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) fail(path, "cannot open for writing");
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) fail(path, "write error");
+    io_detail::write_bytes(path, serialize<T>(tensor), "npy");
 }
 
 #define ATTN_NPY_INSTANTIATE(T)                                                       \

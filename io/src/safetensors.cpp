@@ -4,13 +4,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "attn/error.hpp"
+#include "file_bytes.hpp"
 
 namespace attn::safetensors {
 
@@ -146,11 +145,7 @@ std::vector<Entry> parse(std::span<const unsigned char> bytes, const std::string
 }
 
 std::vector<Entry> read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail(path, "cannot open for reading");
-    const std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) fail(path, "read error");
-    return parse(bytes, path);
+    return parse(io_detail::read_bytes(path, "safetensors"), path);
 }
 
 npy::Array read_tensor(const std::string& path, const std::string& tensor) {
@@ -191,11 +186,7 @@ std::vector<unsigned char> serialize(const std::vector<Entry>& entries) {
 }
 
 void write_file(const std::string& path, const std::vector<Entry>& entries) {
-    const std::vector<unsigned char> bytes = serialize(entries);
-    std::ofstream out(path, std::ios::binary);
-    if (!out) fail(path, "cannot open for writing");
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!out) fail(path, "write error");
+    io_detail::write_bytes(path, serialize(entries), "safetensors");
 }
 
 }  // namespace attn::safetensors

@@ -124,8 +124,9 @@ KernelInfo validate(const std::string& path, const wire::Hello& h) {
 
 std::string KernelInfo::capabilities() const {
     std::ostringstream s;
-    if (dtypes & ATTN_KERNEL_FLOAT32) s << "float32 ";
-    if (dtypes & ATTN_KERNEL_FLOAT64) s << "float64 ";
+    s << ((dtypes & ATTN_KERNEL_FLOAT32) && (dtypes & ATTN_KERNEL_FLOAT64) ? "float32 float64"
+          : (dtypes & ATTN_KERNEL_FLOAT32)                                  ? "float32"
+                                                                            : "float64");
     s << "; masks:";
     if (!masks) s << " none";
     if (masks & ATTN_KERNEL_MASK_BOOL) s << " bool";
@@ -142,10 +143,7 @@ std::string KernelInfo::capabilities() const {
     s << "; error model " << error_model;
     if (error_model == "tiled") s << "(" << key_block << ")";
     if (exp_ulps > 0) s << ", exp within " << exp_ulps << " ulps";
-    std::string text = s.str();
-    const std::size_t gap = text.find(" ;");
-    if (gap != std::string::npos) text.erase(gap, 1);
-    return text;
+    return s.str();
 }
 
 std::string default_worker_path() {
