@@ -266,8 +266,9 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     p.k = k.broadcast_to(with(p.Tk, p.Dk), function, "k");
     p.v = v.broadcast_to(with(p.Tk, p.Dv), function, "v");
     if (allowed_mask) p.allowed_mask = detail::broadcast_mask_to_scores(function, *allowed_mask, with(p.Tq, p.Tk), shapes);
-    // The default 1/sqrt(Dk) is finite in every dtype; only a given scale can fail the check.
-    detail::check_scale_and_threads<T>(function, options.scale, options.num_threads, shapes);
+    // The default 1/sqrt(Dk) is finite in every dtype; only a given scale can fail the check. The scale multiplies in
+    // the compute type (float for the 16-bit storage types), so that is the type it must fit.
+    detail::check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, shapes);
     detail::check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, shapes);
     p.scale = options.scale ? *options.scale : (p.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(p.Dk)) : 1.0);
     p.is_causal = options.is_causal;
@@ -342,6 +343,8 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
     template std::vector<Readability> check_contracts<T>(const SdpaProblem<T>&, const SdpaOptions&);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
+ATTN_INSTANTIATE(float16)
+ATTN_INSTANTIATE(bfloat16)
 #undef ATTN_INSTANTIATE
 
 // ------------------------------------------------------------------------------------ the MHA module's mask contract

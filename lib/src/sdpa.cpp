@@ -78,4 +78,18 @@ SdpaResult<double> scaled_dot_product_attention(TensorView<const double> q, Tens
     return sdpa<double>(q, k, v, allowed_mask, options);
 }
 
+SdpaResult<float16> scaled_dot_product_attention(TensorView<const float16> q, TensorView<const float16> k,
+                                                 TensorView<const float16> v,
+                                                 std::optional<TensorView<const bool>> allowed_mask,
+                                                 const SdpaOptions& options) {
+    return sdpa<float16>(q, k, v, allowed_mask, options);
+}
+
+SdpaResult<bfloat16> scaled_dot_product_attention(TensorView<const bfloat16> q, TensorView<const bfloat16> k,
+                                                  TensorView<const bfloat16> v,
+                                                  std::optional<TensorView<const bool>> allowed_mask,
+                                                  const SdpaOptions& options) {
+    return sdpa<bfloat16>(q, k, v, allowed_mask, options);
+}
+
 }  // namespace attn

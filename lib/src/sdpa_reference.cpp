@@ -14,7 +14,7 @@ namespace attn::detail {
 
 template <class T>
 void write_empty_row(EmptyRowPolicy policy, T* output_row, Index Dv, T* weights_row, Index Tk) {
-    const T fill = policy == EmptyRowPolicy::Nan ? std::numeric_limits<T>::quiet_NaN() : T(0);
+    const T fill = static_cast<T>(policy == EmptyRowPolicy::Nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
     std::fill_n(output_row, Dv, fill);
     if (weights_row) std::fill_n(weights_row, Tk, fill);
 }
@@ -69,15 +69,31 @@ void parallel_for(Index count, int threads, const std::function<void(Index)>& bo
 }
 
 // q (Tq, Dk), k (Tk, Dk), v (Tk, Dv) per batch element b; only the readable keys (n of them) are gathered, so
-// values nobody may read never enter a product (0 * NaN would still be NaN).
-template <class T>
-void sdpa_reference(const SdpaProblem<T>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
-                    T* output, T* weights) {
+// values nobody may read never enter a product (0 * NaN would still be NaN). S is the storage type, T the type the
+// kernel computes in (float for the 16-bit types): the gather converts (exactly), the output and the weights are
+// computed in T and rounded to S once, before the checks of step 5.
+template <class S>
+void sdpa_reference(const SdpaProblem<S>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
+                    S* output, S* weights) {
+    using T = compute_t<S>;
     const Index Tq = p.Tq, Tk = p.Tk, Dk = p.Dk, Dv = p.Dv;
     parallel_for(p.batch, thread_count(options), [&](Index b) {
         const Readability& r = readable[static_cast<std::size_t>(b)];
-        T* out = output + b * Tq * Dv;  // (Tq, Dv)
-        T* w = weights ? weights + b * Tq * Tk : nullptr;  // (Tq, Tk)
+        S* out_s = output + b * Tq * Dv;  // (Tq, Dv)
+        S* w_s = weights ? weights + b * Tq * Tk : nullptr;  // (Tq, Tk)
+        // Where the kernel writes in T: the storage itself, or buffers rounded to S at the end.
+        std::vector<T> out_store, w_store;
+        T* out;
+        T* w;
+        if constexpr (std::is_same_v<S, T>) {
+            out = out_s;
+            w = w_s;
+        } else {
+            out_store.resize(static_cast<std::size_t>(Tq * Dv));
+            out = out_store.data();
+            if (w_s) w_store.resize(static_cast<std::size_t>(Tq * Tk));
+            w = w_s ? w_store.data() : nullptr;
+        }
         std::vector<Index> keys;  // readable key positions, ascending
         for (Index j = 0; j < Tk; ++j)
             if (r.key_readable[static_cast<std::size_t>(j)]) keys.push_back(j);
@@ -87,10 +103,10 @@ void sdpa_reference(const SdpaProblem<T>& p, const std::vector<Readability>& rea
         std::vector<T> qc(static_cast<std::size_t>(Tq * Dk)), kc(static_cast<std::size_t>(n * Dk)),
             vc(static_cast<std::size_t>(n * Dv));
         for (Index i = 0; i < Tq; ++i)
-            for (Index d = 0; d < Dk; ++d) qc[i * Dk + d] = p.q_row(b, i)[d * p.q.stride(-1)];
+            for (Index d = 0; d < Dk; ++d) qc[i * Dk + d] = static_cast<T>(p.q_row(b, i)[d * p.q.stride(-1)]);
         for (Index c = 0; c < n; ++c) {
-            for (Index d = 0; d < Dk; ++d) kc[c * Dk + d] = p.k_row(b, keys[c])[d * p.k.stride(-1)];
-            for (Index d = 0; d < Dv; ++d) vc[c * Dv + d] = p.v_row(b, keys[c])[d * p.v.stride(-1)];
+            for (Index d = 0; d < Dk; ++d) kc[c * Dk + d] = static_cast<T>(p.k_row(b, keys[c])[d * p.k.stride(-1)]);
+            for (Index d = 0; d < Dv; ++d) vc[c * Dv + d] = static_cast<T>(p.v_row(b, keys[c])[d * p.v.stride(-1)]);
         }
 
         // 2. scores: s (Tq, n) = scale * qc (Tq, Dk) @ kc^T (Dk, n).
@@ -140,29 +156,36 @@ void sdpa_reference(const SdpaProblem<T>& p, const std::vector<Readability>& rea
             }
         }
 
-        // 5. weights (Tq, Tk): zero at unreadable keys; empty rows and overflow checks.
+        // 5. weights (Tq, Tk): zero at unreadable keys; the one rounding to S; empty rows and overflow checks.
         if (w) {
             std::fill_n(w, Tq * Tk, T(0));
             for (Index i = 0; i < Tq; ++i)
                 for (Index c = 0; c < n; ++c) w[i * Tk + keys[c]] = s[i * n + c];
         }
+        if constexpr (!std::is_same_v<S, T>) {
+            std::transform(out_store.begin(), out_store.end(), out_s, [](T x) { return S(x); });
+            std::transform(w_store.begin(), w_store.end(), w_s, [](T x) { return S(x); });
+        }
         for (Index i = 0; i < Tq; ++i) {
             if (!r.row_nonempty[static_cast<std::size_t>(i)]) {
-                write_empty_row(options.empty_rows, out + i * Dv, Dv, w ? w + i * Tk : nullptr, Tk);
+                write_empty_row(options.empty_rows, out_s + i * Dv, Dv, w_s ? w_s + i * Tk : nullptr, Tk);
             } else if (options.check_finite) {
                 for (Index d = 0; d < Dv; ++d)
-                    if (!std::isfinite(out[i * Dv + d]))
+                    if (!std::isfinite(out_s[i * Dv + d]))
                         throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i, p.shapes);
             }
         }
     });
 }
 
-template void write_empty_row<float>(EmptyRowPolicy, float*, Index, float*, Index);
-template void write_empty_row<double>(EmptyRowPolicy, double*, Index, double*, Index);
-template void sdpa_reference<float>(const SdpaProblem<float>&, const std::vector<Readability>&, const SdpaOptions&,
-                                    float*, float*);
-template void sdpa_reference<double>(const SdpaProblem<double>&, const std::vector<Readability>&, const SdpaOptions&,
-                                     double*, double*);
+#define ATTN_INSTANTIATE(S)                                                                                        \
+    template void write_empty_row<S>(EmptyRowPolicy, S*, Index, S*, Index);                                        \
+    template void sdpa_reference<S>(const SdpaProblem<S>&, const std::vector<Readability>&, const SdpaOptions&, S*, \
+                                    S*);
+ATTN_INSTANTIATE(float)
+ATTN_INSTANTIATE(double)
+ATTN_INSTANTIATE(float16)
+ATTN_INSTANTIATE(bfloat16)
+#undef ATTN_INSTANTIATE
 
 }  // namespace attn::detail

@@ -84,9 +84,10 @@ struct Workspace {
 };
 
 // k -> key blocks of Bk keys, each as mr-key panels: panel element (key r, dim p) at p * mr + r (zero padded);
-// v -> mr-dim panels over all n keys: element (key c, dim r) at c * mr + r. Unreadable rows never enter.
-template <class T>
-void pack_keys(const SdpaProblem<T>& p, const Readability& r, Index b, Layout& L, Workspace<T>& w) {
+// v -> mr-dim panels over all n keys: element (key c, dim r) at c * mr + r. Unreadable rows never enter. Storage S
+// converts to the compute type T here (exactly), once per batch element and thread.
+template <class S, class T>
+void pack_keys(const SdpaProblem<S>& p, const Readability& r, Index b, Layout& L, Workspace<T>& w) {
     w.b = b;
     w.keys.clear();
     for (Index j = 0; j < p.Tk; ++j)
@@ -103,8 +104,8 @@ void pack_keys(const SdpaProblem<T>& p, const Readability& r, Index b, Layout& L
             T* panel = block + ip * L.ps_k;
             for (Index rr = 0; rr < L.mr; ++rr) {
                 const Index c = ip * L.mr + rr;
-                const T* krow = c < nb ? p.k_row(b, w.keys[c0 + c]) : nullptr;
-                for (Index d = 0; d < p.Dk; ++d) panel[d * L.mr + rr] = krow ? krow[d * ks] : T(0);
+                const S* krow = c < nb ? p.k_row(b, w.keys[c0 + c]) : nullptr;
+                for (Index d = 0; d < p.Dk; ++d) panel[d * L.mr + rr] = krow ? static_cast<T>(krow[d * ks]) : T(0);
             }
         }
     }
@@ -113,10 +114,10 @@ void pack_keys(const SdpaProblem<T>& p, const Readability& r, Index b, Layout& L
     for (Index id = 0; id < L.dv_panels; ++id) {
         T* panel = vp + id * L.ps_v;
         for (Index c = 0; c < n; ++c) {
-            const T* vrow = p.v_row(b, w.keys[c]);
+            const S* vrow = p.v_row(b, w.keys[c]);
             for (Index rr = 0; rr < L.mr; ++rr) {
                 const Index d = id * L.mr + rr;
-                panel[c * L.mr + rr] = d < p.Dv ? vrow[d * vs] : T(0);
+                panel[c * L.mr + rr] = d < p.Dv ? static_cast<T>(vrow[d * vs]) : T(0);
             }
         }
     }
@@ -181,13 +182,13 @@ bool all_finite(const T* s, Index count) {
     return true;
 }
 
-// Query rows [i0, i1) of batch element b; writes output rows (i1 - i0, Dv).
+// Query rows [i0, i1) of batch element b; writes output rows (i1 - i0, Dv), rounded from T to the storage S once.
 // One function of ~140 lines on purpose: it is the kernel's hot loop over key blocks, and its six steps (pack,
 // scores, mask, online softmax, P V, normalise; numbered in the body) share the tile's workspace pointers, block
 // bounds and row state: split, each step would take a dozen of them as arguments.
-template <class T>
-void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& options, Index b, Index i0, Index i1,
-          const Layout& L, Workspace<T>& w, T* out) {
+template <class S, class T>
+void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& options, Index b, Index i0, Index i1,
+          const Layout& L, Workspace<T>& w, S* out) {
     const Index Dk = p.Dk, Dv = p.Dv, mr = L.mr, nr = L.nr, n = L.n;
     const Index rows = i1 - i0, panels = (rows + nr - 1) / nr;
     const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -198,8 +199,8 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
     for (Index jq = 0; jq < panels; ++jq)
         for (Index rr = 0; rr < nr; ++rr) {
             const Index i = jq * nr + rr;
-            const T* qrow = i < rows ? p.q_row(b, i0 + i) : nullptr;
-            for (Index d = 0; d < Dk; ++d) qp[jq * L.ps_q + d * nr + rr] = qrow ? qrow[d * qs] : T(0);
+            const S* qrow = i < rows ? p.q_row(b, i0 + i) : nullptr;
+            for (Index d = 0; d < Dk; ++d) qp[jq * L.ps_q + d * nr + rr] = qrow ? static_cast<T>(qrow[d * qs]) : T(0);
         }
     T* acc = w.acc.get(L.q_panels * L.Dv_pad * nr);  // panel jq: (Dv_pad, nr)
     T* sp = w.sp.get(L.q_panels * L.Bk_pad * nr);    // panel jq: (Bk_pad, nr), s^T then p^T
@@ -295,8 +296,9 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
                     for (Index c = 0; c < end; ++c) {
                         if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[c0 + c])) continue;
                         const T pc = s[c * nr + rr];
-                        const T* vrow = p.v_row(b, w.keys[c0 + c]);
-                        for (Index d = 0; d < Dv; ++d) blk[d * nr + rr] += pc * vrow[d * p.v.stride(-1)];
+                        const S* vrow = p.v_row(b, w.keys[c0 + c]);
+                        for (Index d = 0; d < Dv; ++d)
+                            blk[d * nr + rr] += pc * static_cast<T>(vrow[d * p.v.stride(-1)]);
                     }
                 }
             }
@@ -307,9 +309,9 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
     // 6. normalise and transpose back to (rows, Dv); empty rows per policy; an overflowed output is an error.
     if (Dv == 0) return;  // nothing to write, and acc holds no storage to index into
     for (Index i = 0; i < rows; ++i) {
-        T* orow = out + i * Dv;
+        S* orow = out + i * Dv;
         if (!r.row_nonempty[static_cast<std::size_t>(i0 + i)]) {
-            write_empty_row(options.empty_rows, orow, Dv, static_cast<T*>(nullptr), 0);
+            write_empty_row(options.empty_rows, orow, Dv, static_cast<S*>(nullptr), 0);
             continue;
         }
         const T* a = acc + (i / nr) * L.Dv_pad * nr + i % nr;  // (dim d) at a[d * nr]
@@ -317,10 +319,10 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
         if (l == T(0)) {
             // Every allowed logit of this row was -inf (an overflow, reachable only with check_finite off): the
             // softmax is undefined, NaN as in `reference`, without dividing by zero.
-            std::fill_n(orow, Dv, std::numeric_limits<T>::quiet_NaN());
+            std::fill_n(orow, Dv, static_cast<S>(std::numeric_limits<T>::quiet_NaN()));
             continue;
         }
-        for (Index d = 0; d < Dv; ++d) orow[d] = a[d * nr] / l;
+        for (Index d = 0; d < Dv; ++d) orow[d] = static_cast<S>(a[d * nr] / l);
         if (options.check_finite)
             for (Index d = 0; d < Dv; ++d)
                 if (!std::isfinite(orow[d]))
@@ -329,9 +331,10 @@ void tile(const SdpaProblem<T>& p, const Readability& r, const SdpaOptions& opti
     }
 }
 
-template <class T>
-void sdpa_tiled_impl(const SdpaProblem<T>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
-                T* output) {
+template <class S>
+void sdpa_tiled_impl(const SdpaProblem<S>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
+                     S* output) {
+    using T = compute_t<S>;
     const MicroTile mt = micro_tile<T>();
     Layout base{};
     base.mr = mt.mr;
@@ -395,6 +398,14 @@ void sdpa_tiled_double(const SdpaProblem<double>& p, const std::vector<Readabili
                        double* out) {
     sdpa_tiled_impl(p, r, o, out);
 }
+void sdpa_tiled_float16(const SdpaProblem<float16>& p, const std::vector<Readability>& r, const SdpaOptions& o,
+                        float16* out) {
+    sdpa_tiled_impl(p, r, o, out);
+}
+void sdpa_tiled_bfloat16(const SdpaProblem<bfloat16>& p, const std::vector<Readability>& r, const SdpaOptions& o,
+                         bfloat16* out) {
+    sdpa_tiled_impl(p, r, o, out);
+}
 void tiled_exp_float(float* x, Index n) { tiled_exp_impl(x, n); }
 void tiled_exp_double(double* x, Index n) { tiled_exp_impl(x, n); }
 std::int64_t compiled_target() { return HWY_TARGET; }
@@ -408,6 +419,8 @@ namespace attn::detail {
 
 HWY_EXPORT(sdpa_tiled_float);
 HWY_EXPORT(sdpa_tiled_double);
+HWY_EXPORT(sdpa_tiled_float16);
+HWY_EXPORT(sdpa_tiled_bfloat16);
 HWY_EXPORT(tiled_exp_float);
 HWY_EXPORT(tiled_exp_double);
 HWY_EXPORT(compiled_target);
@@ -423,6 +436,18 @@ void sdpa_tiled<double>(const SdpaProblem<double>& p, const std::vector<Readabil
                         double* out) {
     apply_simd_target_from_environment();
     HWY_DYNAMIC_DISPATCH(sdpa_tiled_double)(p, r, o, out);
+}
+template <>
+void sdpa_tiled<float16>(const SdpaProblem<float16>& p, const std::vector<Readability>& r, const SdpaOptions& o,
+                         float16* out) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(sdpa_tiled_float16)(p, r, o, out);
+}
+template <>
+void sdpa_tiled<bfloat16>(const SdpaProblem<bfloat16>& p, const std::vector<Readability>& r, const SdpaOptions& o,
+                          bfloat16* out) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(sdpa_tiled_bfloat16)(p, r, o, out);
 }
 template <>
 void tiled_exp<float>(float* x, Index n) {

@@ -39,8 +39,8 @@ public:
         : p_(p), readable_(readable), options_(options), model_(model), fast_(fast), out_(out) {
         u_mp_ = std::ldexp(1.0, -(precision_bits - 1));  // unit roundoff of Real, 2^-(P-1) to be safe
         R_ = effective_rescalings(model, p.Tk);
-        eta_fast_ = underflow_units<T>(model);
-        eta_plain_ = underflow_units<T>(model, true);
+        eta_fast_ = underflow_units<C>(model);
+        eta_plain_ = underflow_units<C>(model, true);
         stat_ = out.statistical;  // OracleOptions::statistical
     }
 
@@ -49,7 +49,11 @@ public:
     }
 
 private:
-    static constexpr double u_ = std::numeric_limits<T>::epsilon() / 2;  // unit roundoff of the target
+    // T is the target dtype the results are rounded to and the kernel stores; C is the type the kernel computes in
+    // (T itself, float for the 16-bit storage types). Every rounding of the computation is one of C's (its unit
+    // roundoff, its underflow, its subnormal inputs); the last one, of the result to T, is storage_rounding's.
+    using C = compute_t<T>;
+    static constexpr double u_ = std::numeric_limits<C>::epsilon() / 2;  // unit roundoff of the computation
 
     const SdpaProblem<T>& p_;
     const std::vector<Readability>& readable_;
@@ -87,22 +91,43 @@ private:
 
     // Every value is stored from hi + lo: hi = the value rounded to double, lo = the rest rounded to double
     // (106 bits, far below any bound; see BOUNDS.md section 5).
+    // `bound` is the computation's (in C); the value stored is the final one, storage_rounding's, for a result of
+    // magnitude about |hi|.
     void put_output(Index flat, double hi, double lo, double bound, double scale, Wide self_error) {
         store<T>(hi, lo, out_.output.data()[flat], out_.output_exact.data()[flat], out_.output_exact_lo.data()[flat]);
-        put_output_bound(flat, bound, scale, self_error);
+        put_output_bound(flat, storage_rounding(bound, hi), scale, self_error);
     }
     void put_weight(Index flat, double hi, double lo, double bound, Wide self_error) {
         store<T>(hi, lo, out_.weights.data()[flat], out_.weights_exact.data()[flat], out_.weights_exact_lo.data()[flat]);
-        put_weight_bound(flat, bound, self_error);
+        put_weight_bound(flat, storage_rounding(bound, hi), self_error);
     }
     // The all-MPFR path stores from Real itself (store_wide: 2^-127 relative at any magnitude, subnormal doubles too).
     void put_output(Index flat, const Real& x, double bound, double scale, Wide self_error) {
         store_wide<T>(x, out_.output.data()[flat], out_.output_exact.data()[flat], out_.output_exact_lo.data()[flat]);
-        put_output_bound(flat, bound, scale, self_error);
+        put_output_bound(flat, storage_rounding(bound, static_cast<double>(x)), scale, self_error);
     }
     void put_weight(Index flat, const Real& x, double bound, Wide self_error) {
         store_wide<T>(x, out_.weights.data()[flat], out_.weights_exact.data()[flat], out_.weights_exact_lo.data()[flat]);
-        put_weight_bound(flat, bound, self_error);
+        put_weight_bound(flat, storage_rounding(bound, static_cast<double>(x)), self_error);
+    }
+    // BOUNDS.md section 11: a result computed in C within `bound` of an exact value of magnitude |e| ~ |hi| and then
+    // rounded to the storage type T errs by at most bound + u_T (|e| + bound) + denorm_min_T / 2, as long as
+    // |e| + bound stays below T's overflow threshold (beyond it the rounding may give inf: no bound, +inf). The
+    // identity when T is C (the one rounding to T is then already the computation's last).
+    static double storage_rounding(double bound, double hi) {
+        if constexpr (std::is_same_v<T, C>) {
+            return bound;
+        } else {
+            if (!std::isfinite(hi) || !std::isfinite(bound)) return bound;  // NaN rows, unbounded elements
+            using L = std::numeric_limits<T>;
+            constexpr Wide u_T = static_cast<Wide>(static_cast<float>(L::epsilon())) / 2;
+            constexpr Wide half_denorm = static_cast<Wide>(static_cast<float>(L::denorm_min())) / 2;
+            const Wide overflow = static_cast<Wide>(static_cast<float>(L::max())) +
+                                  std::ldexp(Wide(1), L::max_exponent - 1 - L::digits);
+            const Wide y = static_cast<Wide>(std::fabs(hi)) * (1 + 0x1p-52L) + bound;  // |e| <= |hi| (1 + 2^-53)
+            if (!(y < overflow)) return std::numeric_limits<double>::infinity();
+            return round_up((bound + u_T * y + half_denorm) * (1 + 0x1p-60L));
+        }
     }
     void put_output_bound(Index flat, double bound, double scale, Wide self_error) {
         out_.output_bound.data()[flat] = bound;
@@ -156,14 +181,14 @@ private:
         // Whether a flushing kernel may read some key as 0 at all: most batch elements hold no subnormal key, and
         // then only the query row's own elements can be flushed.
         const auto has_flushable = [](const std::vector<double>& x) {
-            return std::any_of(x.begin(), x.end(), [](double e) { return flushable<T>(e) > 0; });
+            return std::any_of(x.begin(), x.end(), [](double e) { return flushable<C>(e) > 0; });
         };
         k_flushable_ = model_.inputs_flushed && has_flushable(kd_);
         // sum_d |k_jd| per key, once per batch element: in double where every input is within [2^-450, 2^450] or 0
         // (the double-double path), else in Wide.
         abs_k_.assign(static_cast<std::size_t>(Tk), 0);
         k_in_range_ = std::all_of(kd_.begin(), kd_.end(), in_safe_range);
-        const bool double_sums = std::is_same_v<T, float> || k_in_range_;
+        const bool double_sums = std::is_same_v<C, float> || k_in_range_;
         for (Index j = 0; j < Tk; ++j) {
             const double* kj = kd_.data() + j * Dk;
             if (double_sums) {
@@ -197,7 +222,7 @@ private:
         gather(b, r);
         // The double-double kernels need every product in range; otherwise this batch element goes the plain way.
         bool fast = fast_;
-        if (fast && std::is_same_v<T, double>) {
+        if (fast && std::is_same_v<C, double>) {
             fast = std::all_of(qd_.begin(), qd_.end(), in_safe_range) &&
                    k_in_range_ &&
                    std::all_of(vd_.begin(), vd_.end(), in_safe_range);
@@ -368,7 +393,7 @@ private:
         bool q_flushable = false;  // the row's query holds a subnormal a flushing kernel may read as 0
         for (Index d = 0; d < Dk; ++d) {
             abs_q += std::fabs(qi[d]);
-            q_flushable = q_flushable || (model_.inputs_flushed && flushable<T>(qi[d]) > 0);
+            q_flushable = q_flushable || (model_.inputs_flushed && flushable<C>(qi[d]) > 0);
         }
         const Real scale_mp(p_.scale);  // the MPFR path's
         if (fast) {  // every key of the batch element at once, in SIMD lanes; then the row's
@@ -376,7 +401,7 @@ private:
             all_hi_.resize(Tk);
             all_lo_.resize(Tk);
             all_abs_.resize(Tk);
-            dot2_keys_simd(qi, kT_.data(), static_cast<std::size_t>(Dk), Tk, std::is_same_v<T, float>, all_hi_.data(),
+            dot2_keys_simd(qi, kT_.data(), static_cast<std::size_t>(Dk), Tk, std::is_same_v<C, float>, all_hi_.data(),
                            all_lo_.data(), all_abs_.data());
         }
         for (std::size_t c = 0; c < n; ++c) {
@@ -385,7 +410,7 @@ private:
             L.abs_sum[c] = abs_q + abs_k;
             if (q_flushable || k_flushable_)
                 for (Index d = 0; d < Dk; ++d) {
-                    const Wide eq = flushable<T>(qi[d]), ek = flushable<T>(kj[d]);
+                    const Wide eq = flushable<C>(qi[d]), ek = flushable<C>(kj[d]);
                     L.flushed[c] += eq * std::fabs(kj[d]) + std::fabs(qi[d]) * ek + eq * ek;
                 }
             if (fast) {
@@ -535,7 +560,8 @@ private:
             if (rb.stat) {
                 const Normalisation* z = rb.nz_stat;
                 const Wide rel_stat = std::min(z[0].weight_rel(c, p, rb.stat_impl.u_div), z[1].weight_rel(c, p, rb.stat_impl.u_div));
-                put_stat_bound(out_.weights_stat_bound, flat, round_up(rb.under.weight(rel_stat, p, u_) * kBoundInflation));
+                put_stat_bound(out_.weights_stat_bound, flat,
+                               storage_rounding(round_up(rb.under.weight(rel_stat, p, u_) * kBoundInflation), p));
             }
         }
         return certain;
@@ -651,7 +677,7 @@ private:
             }
             A *sc = base, *av_sum = base + Dv, *av_impl = base + 2 * Dv, *av_self = base + 3 * Dv,
               *spread_self = base + 4 * Dv, *spread = base + 5 * Dv, *dv = base + 6 * Dv, *absterm = base + 7 * Dv;
-            const double flush_below = flushing ? static_cast<double>(std::numeric_limits<T>::min()) : 0.0;
+            const double flush_below = flushing ? static_cast<double>(std::numeric_limits<C>::min()) : 0.0;
             if constexpr (std::is_same_v<A, double>) {
                 row_ptrs_.resize(n);
                 for (std::size_t c = 0; c < n; ++c) row_ptrs_[c] = row_at(c);
@@ -728,7 +754,8 @@ private:
                 // of its sum: m_O roundings in the weighted sum, m_S in the sum, each per unit of (1 - Delta).
                 const Wide d_num = c.impl.spread + c.impl.dv + o_round + (1 + ni.gamma_S) * o_up * ni.sum_pD;
                 const Wide d_rel = d_num * ni.inv_one_minus_delta + ni.lse_factor * (o_up + bound);
-                const double det = round_up(rb.under.output(d_rel, c.abs_v_impl, o_up) * kBoundInflation);
+                const double det = storage_rounding(
+                    round_up(rb.under.output(d_rel, c.abs_v_impl, o_up) * kBoundInflation), static_cast<double>(o_up));
                 const Wide t_O = (1 + static_cast<Wide>(ni.gamma_O)) * c.impl.absterm;
                 const Wide t_S = (1 + static_cast<Wide>(ni.gamma_S)) * o_up * (1 + ni.sum_pB);
                 const Wide var = model_.sequential_sums ? sequential_variance(keys, col, rb, ni, t_O, t_S / o_up, o_up)
@@ -741,11 +768,12 @@ private:
             }
             if (!fast) {
                 put_output(flat, o_mp[col], bound, round_up(c.scale), self_error);
-                if (rb.stat) put_stat_bound(out_.output_stat_bound, flat, stat_bound);
+                if (rb.stat)
+                    put_stat_bound(out_.output_stat_bound, flat, storage_rounding(stat_bound, static_cast<double>(o_mp[col])));
                 continue;
             }
             put_output(flat, od[col], olo[col], bound, round_up(c.scale), self_error);
-            if (rb.stat) put_stat_bound(out_.output_stat_bound, flat, stat_bound);
+            if (rb.stat) put_stat_bound(out_.output_stat_bound, flat, storage_rounding(stat_bound, od[col]));
             certain = certain && rounding_is_certain(od[col], olo[col], 2 * self_error + 0x1p-96L * o_abs);
         }
         return certain;

@@ -179,21 +179,18 @@ CheckVerdict check_candidate(TensorView<const T> candidate_output, const Result<
     return verdict;
 }
 
-template double ulp_distance<float>(float, long double);
-template double ulp_distance<double>(double, long double);
-template Comparison compare_output<float>(TensorView<const float>, const Result<float>&);
-template Comparison compare_output<double>(TensorView<const double>, const Result<double>&);
-template Comparison compare_weights<float>(TensorView<const float>, const Result<float>&);
-template Comparison compare_weights<double>(TensorView<const double>, const Result<double>&);
-template Comparison compare_output_statistical<float>(TensorView<const float>, const Result<float>&);
-template Comparison compare_output_statistical<double>(TensorView<const double>, const Result<double>&);
-template Comparison compare_weights_statistical<float>(TensorView<const float>, const Result<float>&);
-template Comparison compare_weights_statistical<double>(TensorView<const double>, const Result<double>&);
-template RowStatistic row_statistic<float>(TensorView<const float>, const Result<float>&);
-template RowStatistic row_statistic<double>(TensorView<const double>, const Result<double>&);
-template CheckVerdict check_candidate<float>(TensorView<const float>, const Result<float>&,
-                                             std::optional<TensorView<const float>>);
-template CheckVerdict check_candidate<double>(TensorView<const double>, const Result<double>&,
-                                              std::optional<TensorView<const double>>);
+#define ATTN_INSTANTIATE(T)                                                                                        \
+    template double ulp_distance<T>(T, long double);                                                               \
+    template Comparison compare_output<T>(TensorView<const T>, const Result<T>&);                                  \
+    template Comparison compare_weights<T>(TensorView<const T>, const Result<T>&);                                 \
+    template Comparison compare_output_statistical<T>(TensorView<const T>, const Result<T>&);                      \
+    template Comparison compare_weights_statistical<T>(TensorView<const T>, const Result<T>&);                     \
+    template RowStatistic row_statistic<T>(TensorView<const T>, const Result<T>&);                                 \
+    template CheckVerdict check_candidate<T>(TensorView<const T>, const Result<T>&, std::optional<TensorView<const T>>);
+ATTN_INSTANTIATE(float)
+ATTN_INSTANTIATE(double)
+ATTN_INSTANTIATE(float16)
+ATTN_INSTANTIATE(bfloat16)
+#undef ATTN_INSTANTIATE
 
 }  // namespace attn::oracle

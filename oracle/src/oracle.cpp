@@ -108,6 +108,43 @@ float round_to<float>(double hi, double lo) {
 
 namespace {
 
+// RN_S(x) for the 16-bit storage types from hi + lo (hi = RN_double(x)), by the argument round_to<float> makes: every
+// midpoint of S is a double, so hi is on x's side of each, and lo decides only when hi is one. Infinity counts as the
+// value after the largest finite one (2^(max_exponent)), so that x just below the overflow threshold rounds to the
+// largest finite value even when hi is the threshold itself.
+template <class S>
+S round_to_storage(double hi, double lo) {
+    const S nearest(hi);
+    if (lo == 0 || !std::isfinite(hi)) return nearest;
+    const double a = std::fabs(hi);
+    const S s(a);
+    const auto value = [](S h) {
+        const float f = h;
+        return std::isinf(f) ? std::ldexp(1.0, std::numeric_limits<S>::max_exponent) : static_cast<double>(f);
+    };
+    if (value(s) == a) return nearest;
+    const S other = S::from_bits(static_cast<std::uint16_t>(a > value(s) ? s.bits + 1 : s.bits - 1));
+    const double mid = (value(s) + value(other)) / 2;  // exact: both have at most 11 significant bits
+    if (a != mid) return nearest;
+    const bool larger_magnitude = hi > 0 ? lo > 0 : lo < 0;
+    const S pick = (value(other) > value(s)) == larger_magnitude ? other : s;
+    return S::from_bits(static_cast<std::uint16_t>(pick.bits | (hi < 0 ? 0x8000u : 0u)));
+}
+
+}  // namespace
+
+template <>
+float16 round_to<float16>(double hi, double lo) {
+    return round_to_storage<float16>(hi, lo);
+}
+
+template <>
+bfloat16 round_to<bfloat16>(double hi, double lo) {
+    return round_to_storage<bfloat16>(hi, lo);
+}
+
+namespace {
+
 template <class Real, class T>
 void solve(const SdpaProblem<T>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
            const ErrorModel& model, bool fast, Result<T>& result) {
@@ -175,6 +212,14 @@ template Result<double> scaled_dot_product_attention<double>(TensorView<const do
                                                              TensorView<const double>,
                                                              std::optional<TensorView<const bool>>, const SdpaOptions&,
                                                              const OracleOptions&);
+template Result<float16> scaled_dot_product_attention<float16>(TensorView<const float16>, TensorView<const float16>,
+                                                               TensorView<const float16>,
+                                                               std::optional<TensorView<const bool>>, const SdpaOptions&,
+                                                               const OracleOptions&);
+template Result<bfloat16> scaled_dot_product_attention<bfloat16>(TensorView<const bfloat16>, TensorView<const bfloat16>,
+                                                                 TensorView<const bfloat16>,
+                                                                 std::optional<TensorView<const bool>>,
+                                                                 const SdpaOptions&, const OracleOptions&);
 template Result<float> solve_with_backend<float>(TensorView<const float>, TensorView<const float>, TensorView<const float>,
                                                  std::optional<TensorView<const bool>>, const SdpaOptions&,
                                                  const OracleOptions&, detail::Backend);

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "attn/half.hpp"
 #include "attn/mask.hpp"
 #include "attn/tensor.hpp"
 
@@ -59,5 +60,17 @@ SdpaResult<double> scaled_dot_product_attention(TensorView<const double> q, Tens
                                                 TensorView<const double> v,
                                                 std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
                                                 const SdpaOptions& options = {});
+// 16-bit storage (attn/half.hpp): q, k and v are read exactly into float32, the logits, the softmax and the weighted
+// sum are computed and accumulated in float32 by the same kernels, and the output (and the weights) are rounded to
+// the storage type once, at the end. No intermediate is rounded to 16 bits (oracle::ErrorModel's storage fields
+// describe kernels that do, e.g. FlashAttention's P rounded before the P V product).
+SdpaResult<float16> scaled_dot_product_attention(TensorView<const float16> q, TensorView<const float16> k,
+                                                 TensorView<const float16> v,
+                                                 std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                                 const SdpaOptions& options = {});
+SdpaResult<bfloat16> scaled_dot_product_attention(TensorView<const bfloat16> q, TensorView<const bfloat16> k,
+                                                  TensorView<const bfloat16> v,
+                                                  std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                                  const SdpaOptions& options = {});
 
 }  // namespace attn

@@ -90,7 +90,8 @@ struct OracleOptions {
 // and at most u puts a given element over its statistical bound (oracle/BOUNDS.md section 10).
 inline constexpr double statistical_false_alarm = 1e-9;
 
-// The oracle's answer for a target dtype T (float or double).
+// The oracle's answer for a target dtype T (float, double, or a 16-bit storage type: attn/half.hpp; then the bounds
+// are for a kernel that computes in float32 and rounds its results to T once, BOUNDS.md section 11).
 template <class T>
 struct Result {
     Tensor<T> output;                 // (batch..., Tq, Dv), exact result correctly rounded to T
