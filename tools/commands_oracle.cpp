@@ -15,8 +15,9 @@
 #if ATTN_HAVE_REPORTS
 #include "attn/report/oracle_sweep.hpp"
 #endif
-#include "commands.hpp"
+#include "attention_inputs.hpp"
 #include "attn/io/npy.hpp"
+#include "commands.hpp"
 
 namespace attn::cli {
 
@@ -36,6 +37,7 @@ struct ProblemArgs {
     std::string underflow;            // "", "gradual" or "ftz": overrides the model's
     bool block_partial_sums = false;  // tiled: each key block's sums are formed apart and then added
     bool sequential_sums = false;     // the sums over keys add one term at a time, in key order
+    std::string dtype;                // --dtype: int16/uint16 files hold the bits of this 16-bit type
 };
 
 struct OracleArgs : ProblemArgs {
@@ -47,7 +49,7 @@ struct CheckArgs : ProblemArgs {
 };
 
 void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
-    cmd->add_option("--q", args.q_path, "Queries (..., Tq, Dk), float32 or float64")->required();
+    cmd->add_option("--q", args.q_path, "Queries (..., Tq, Dk): float32, float64, float16 or bfloat16")->required();
     cmd->add_option("--k", args.k_path, "Keys (..., Tk, Dk), same dtype as q")->required();
     cmd->add_option("--v", args.v_path, "Values (..., Tk, Dv), same dtype as q")->required();
     cmd->add_option("--allowed-mask", args.allowed_mask_path,
@@ -55,6 +57,10 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
     cmd->add_option("--causal", args.causal, "Causal rule: top-left (j <= i) or bottom-right (j <= i + Tk - Tq)")
         ->check(CLI::IsMember({"top-left", "bottom-right"}));
     cmd->add_option("--scale", args.scale, "Logit scale (default 1/sqrt(Dk))");
+    cmd->add_option("--dtype", args.dtype,
+                    "Read int16/uint16 inputs (and candidates) as the bits of this 16-bit type "
+                    "(tensor.view(torch.int16).numpy())")
+        ->check(CLI::IsMember({"bfloat16", "float16"}));
     cmd->add_option("--empty-rows", args.empty_rows, "Rows with no allowed key: throw (error), zero or nan")
         ->capture_default_str()
         ->check(CLI::IsMember({"throw", "zero", "nan"}));
@@ -94,32 +100,10 @@ SdpaOptions sdpa_options(const ProblemArgs& args) {
     return sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite);
 }
 
-std::string describe(const char* tensor, const std::string& path, const npy::Array& a) {
-    return std::string(tensor) + " (" + path + ") is " + npy::to_string(a.dtype) + " " + attn::to_string(a.shape);
-}
-
-// The inputs of one problem, read and checked: q, k, v of one float dtype, optional bool mask.
-struct Inputs {
-    npy::Array q, k, v;
-    std::optional<Tensor<bool>> allowed_mask;
-};
+using Inputs = AttentionFiles;
 
 Inputs read_inputs(const char* command, const ProblemArgs& args) {
-    Inputs in{npy::read_file(args.q_path), npy::read_file(args.k_path), npy::read_file(args.v_path), std::nullopt};
-    if (in.q.dtype != in.k.dtype || in.q.dtype != in.v.dtype)
-        throw ConfigError(std::string(command) + ": q, k and v must share a dtype: " + describe("q", args.q_path, in.q) +
-                          ", " + describe("k", args.k_path, in.k) + ", " + describe("v", args.v_path, in.v));
-    if (in.q.dtype != npy::DType::Float32 && in.q.dtype != npy::DType::Float64)
-        throw ConfigError(std::string(command) + ": q, k and v must be float32 or float64: " +
-                          describe("q", args.q_path, in.q));
-    if (!args.allowed_mask_path.empty()) {
-        const npy::Array m = npy::read_file(args.allowed_mask_path);
-        if (m.dtype != npy::DType::Bool)
-            throw ConfigError(std::string(command) + ": the allowed mask must be bool (true = may attend): " +
-                              describe("allowed_mask", args.allowed_mask_path, m));
-        in.allowed_mask = npy::to_tensor<bool>(m, args.allowed_mask_path);
-    }
-    return in;
+    return read_attention_files(command, args.q_path, args.k_path, args.v_path, args.allowed_mask_path, args.dtype);
 }
 
 template <class T>
@@ -164,10 +148,7 @@ void oracle_files(const OracleArgs& args, const Inputs& in) {
 
 int oracle_command(const OracleArgs& args) {
     const Inputs in = read_inputs("oracle", args);
-    if (in.q.dtype == npy::DType::Float32)
-        oracle_files<float>(args, in);
-    else
-        oracle_files<double>(args, in);
+    with_float_type(in.q.dtype, [&]<class T>() { oracle_files<T>(args, in); });
     return 0;
 }
 
@@ -222,7 +203,7 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                          " but the output of q, k, v is " + to_string(r.output.shape()));
     std::optional<Tensor<T>> candidate_weights;
     if (!args.candidate_weights_path.empty()) {
-        const npy::Array wf = npy::read_file(args.candidate_weights_path);
+        const npy::Array wf = read_float_file(args.candidate_weights_path, args.dtype);
         candidate_weights = npy::to_tensor<T>(wf, args.candidate_weights_path);
         if (candidate_weights->shape() != r.weights.shape())
             throw ShapeError("check: the candidate " + describe("weights", args.candidate_weights_path, wf) +
@@ -232,7 +213,7 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
     if (candidate_weights) weights_view = candidate_weights->view();
     const oracle::CheckVerdict verdict = oracle::check_candidate<T>(candidate.view(), r, weights_view);
     std::printf("attn check: %s against the oracle (%d bits), bound for the %s model, dtype %s\n",
-                args.candidate_path.c_str(), r.bits, r.model.name.c_str(), std::is_same_v<T, float> ? "float32" : "float64");
+                args.candidate_path.c_str(), r.bits, r.model.name.c_str(), npy::to_string(npy::dtype_of<T>()));
     print_comparison("output", verdict.output);
     if (verdict.weights) print_comparison("weights", *verdict.weights);
     const bool pass = verdict.pass();
@@ -253,7 +234,7 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                 r.structured_rows ? (" (" + std::to_string(r.structured_rows) + " structured rows left out)").c_str() : "");
     if (!args.json_path.empty()) {
         nlohmann::json report = {{"candidate", args.candidate_path},
-                                 {"dtype", std::is_same_v<T, float> ? "float32" : "float64"},
+                                 {"dtype", npy::to_string(npy::dtype_of<T>())},
                                  {"model", r.model.name},
                                  {"oracle_bits", r.bits},
                                  {"oracle_error_ratio", r.oracle_error_ratio},
@@ -298,12 +279,11 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
 
 int check_command(const CheckArgs& args) {
     const Inputs in = read_inputs("check", args);
-    const npy::Array candidate = npy::read_file(args.candidate_path);
+    const npy::Array candidate = read_float_file(args.candidate_path, args.dtype);
     if (candidate.dtype != in.q.dtype)
         throw ConfigError("check: the candidate must have q's dtype (the bound is for that dtype): " +
                           describe("candidate", args.candidate_path, candidate) + ", " + describe("q", args.q_path, in.q));
-    return in.q.dtype == npy::DType::Float32 ? check_files<float>(args, in, candidate)
-                                             : check_files<double>(args, in, candidate);
+    return with_float_type(in.q.dtype, [&]<class T>() { return check_files<T>(args, in, candidate); });
 }
 
 // ---- attn oracle-sweep ----------------------------------------------------------------------------------------

@@ -5,9 +5,10 @@
 #include <optional>
 #include <string>
 
+#include "attention_inputs.hpp"
 #include "attn/attn.hpp"
-#include "commands.hpp"
 #include "attn/io/npy.hpp"
+#include "commands.hpp"
 
 namespace attn::cli {
 
@@ -21,15 +22,15 @@ struct SdpaArgs {
     std::string backend = "auto";
     int num_threads = 0;
     bool no_check_finite = false;
+    std::string dtype;  // --dtype: int16/uint16 files hold the bits of this 16-bit type
 };
 
 // q, k, v share the dtype T; the output and weights are written in T too.
 template <class T>
-void run_sdpa(const SdpaArgs& args, const npy::Array& q_file, const npy::Array& k_file, const npy::Array& v_file,
-              const std::optional<Tensor<bool>>& allowed_mask) {
-    const Tensor<T> q = npy::to_tensor<T>(q_file, args.q_path);  // (..., Tq, Dk)
-    const Tensor<T> k = npy::to_tensor<T>(k_file, args.k_path);  // (..., Tk, Dk)
-    const Tensor<T> v = npy::to_tensor<T>(v_file, args.v_path);  // (..., Tk, Dv)
+void run_sdpa(const SdpaArgs& args, const AttentionFiles& in) {
+    const Tensor<T> q = npy::to_tensor<T>(in.q, args.q_path);  // (..., Tq, Dk)
+    const Tensor<T> k = npy::to_tensor<T>(in.k, args.k_path);  // (..., Tk, Dk)
+    const Tensor<T> v = npy::to_tensor<T>(in.v, args.v_path);  // (..., Tk, Dv)
     SdpaOptions options = sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite);
     options.backend = args.backend == "reference" ? Backend::Reference
                       : args.backend == "tiled"   ? Backend::Tiled
@@ -37,36 +38,16 @@ void run_sdpa(const SdpaArgs& args, const npy::Array& q_file, const npy::Array& 
     options.num_threads = args.num_threads;
     options.return_weights = !args.weights_path.empty();
     std::optional<TensorView<const bool>> allowed_view;
-    if (allowed_mask) allowed_view = allowed_mask->view();  // broadcastable to (..., Tq, Tk)
+    if (in.allowed_mask) allowed_view = in.allowed_mask->view();  // broadcastable to (..., Tq, Tk)
     const SdpaResult<T> result = scaled_dot_product_attention(q.view(), k.view(), v.view(), allowed_view, options);
-    npy::write_file<T>(args.out_path, result.output.view());                                   // (..., Tq, Dv)
+    npy::write_file<T>(args.out_path, result.output.view());                            // (..., Tq, Dv)
     if (result.weights) npy::write_file<T>(args.weights_path, result.weights->view());  // (..., Tq, Tk)
 }
 
 int sdpa_command(const SdpaArgs& args) {
-    const npy::Array q = npy::read_file(args.q_path);
-    const npy::Array k = npy::read_file(args.k_path);
-    const npy::Array v = npy::read_file(args.v_path);
-    const auto describe = [](const char* tensor, const std::string& path, const npy::Array& a) {
-        return std::string(tensor) + " (" + path + ") is " + npy::to_string(a.dtype) + " " + attn::to_string(a.shape);
-    };
-    if (q.dtype != k.dtype || q.dtype != v.dtype)
-        throw ConfigError("sdpa: q, k and v must share a dtype: " + describe("q", args.q_path, q) + ", " +
-                          describe("k", args.k_path, k) + ", " + describe("v", args.v_path, v));
-    if (q.dtype != npy::DType::Float32 && q.dtype != npy::DType::Float64)
-        throw ConfigError("sdpa: q, k and v must be float32 or float64: " + describe("q", args.q_path, q));
-    std::optional<Tensor<bool>> allowed_mask;
-    if (!args.allowed_mask_path.empty()) {
-        const npy::Array m = npy::read_file(args.allowed_mask_path);
-        if (m.dtype != npy::DType::Bool)
-            throw ConfigError("sdpa: the allowed mask must be bool (true = may attend): " +
-                              describe("allowed_mask", args.allowed_mask_path, m));
-        allowed_mask = npy::to_tensor<bool>(m, args.allowed_mask_path);
-    }
-    if (q.dtype == npy::DType::Float32)
-        run_sdpa<float>(args, q, k, v, allowed_mask);
-    else
-        run_sdpa<double>(args, q, k, v, allowed_mask);
+    const AttentionFiles in =
+        read_attention_files("sdpa", args.q_path, args.k_path, args.v_path, args.allowed_mask_path, args.dtype);
+    with_float_type(in.q.dtype, [&]<class T>() { run_sdpa<T>(args, in); });
     return 0;
 }
 
@@ -75,7 +56,7 @@ int sdpa_command(const SdpaArgs& args) {
 Action add_sdpa_command(CLI::App& app) {
     auto args = std::make_shared<SdpaArgs>();
     auto* sdpa = app.add_subcommand("sdpa", "Scaled dot-product attention on .npy files: softmax(scale q k^T, masked) v");
-    sdpa->add_option("--q", args->q_path, "Queries (..., Tq, Dk), float32 or float64")->required();
+    sdpa->add_option("--q", args->q_path, "Queries (..., Tq, Dk): float32, float64, float16 or bfloat16")->required();
     sdpa->add_option("--k", args->k_path, "Keys (..., Tk, Dk), same dtype as q")->required();
     sdpa->add_option("--v", args->v_path, "Values (..., Tk, Dv), same dtype as q")->required();
     sdpa->add_option("--allowed-mask", args->allowed_mask_path,
@@ -94,7 +75,12 @@ Action add_sdpa_command(CLI::App& app) {
         ->check(CLI::NonNegativeNumber);
     sdpa->add_flag("--no-check-finite", args->no_check_finite,
                    "Do not reject NaN/Inf at readable positions (they then propagate to the output)");
-    sdpa->add_option("--out", args->out_path, "Output (..., Tq, Dv), written in the dtype of q")->required();
+    sdpa->add_option("--dtype", args->dtype,
+                     "Read int16/uint16 inputs as the bits of this 16-bit type (tensor.view(torch.int16).numpy())")
+        ->check(CLI::IsMember({"bfloat16", "float16"}));
+    sdpa->add_option("--out", args->out_path,
+                     "Output (..., Tq, Dv), written in the dtype of q (bfloat16 to .npy as its int16 bits)")
+        ->required();
     sdpa->add_option("--weights", args->weights_path, "Also write the attention weights (..., Tq, Tk)");
     return [sdpa, args]() -> int { return sdpa->parsed() ? sdpa_command(*args) : not_mine; };
 }

@@ -21,7 +21,12 @@ void check_tensor(const npy::Array& array) {
     }
     ATTN_FUZZ_REQUIRE(tensor.shape() == array.shape, "to_tensor changed the shape to " + to_string(tensor.shape()));
     const std::vector<unsigned char> bytes = npy::serialize<T>(tensor.view());
-    const npy::Array again = npy::parse(bytes, "round-trip.npy");
+    npy::Array again = npy::parse(bytes, "round-trip.npy");
+    // bfloat16 goes to .npy as its bits ('<i2'), and comes back as bfloat16 when named so.
+    if constexpr (std::is_same_v<T, bfloat16>) {
+        ATTN_FUZZ_REQUIRE(again.dtype == npy::DType::Int16, "a bfloat16 tensor was not written as int16 bits");
+        again = npy::as_dtype(std::move(again), npy::DType::BFloat16, "round-trip.npy");
+    }
     ATTN_FUZZ_REQUIRE(again.dtype == array.dtype && again.shape == array.shape, "serialize -> parse changed dtype or shape");
     ATTN_FUZZ_REQUIRE(again.data == array.data, "serialize -> parse changed the element bytes");
 }
@@ -67,7 +72,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             case npy::DType::Float64: fuzz::check_tensor<double>(array); break;
             case npy::DType::Bool: fuzz::check_tensor<bool>(array); break;
             case npy::DType::Int64: fuzz::check_tensor<std::int64_t>(array); break;
+            case npy::DType::Float16: fuzz::check_tensor<float16>(array); break;
+            case npy::DType::BFloat16: fuzz::check_tensor<bfloat16>(array); break;
+            case npy::DType::Int16:
+            case npy::DType::UInt16:
+                // 16-bit integers are read only as the bits of a 16-bit float (--dtype): both keep every byte.
+                for (const npy::DType as : {npy::DType::BFloat16, npy::DType::Float16}) {
+                    const npy::Array view = npy::as_dtype(array, as, "fuzz.npy");
+                    ATTN_FUZZ_REQUIRE(view.data == array.data && view.shape == array.shape, "as_dtype changed the array");
+                    if (as == npy::DType::BFloat16) fuzz::check_tensor<bfloat16>(view);
+                    else fuzz::check_tensor<float16>(view);
+                }
+                break;
         }
+        fuzz::check_refused<float16>(array);
+        fuzz::check_refused<bfloat16>(array);
         fuzz::check_refused<float>(array);
         fuzz::check_refused<double>(array);
         fuzz::check_refused<bool>(array);

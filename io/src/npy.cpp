@@ -17,8 +17,12 @@ const char* to_string(DType dtype) {
     switch (dtype) {
         case DType::Float32: return "float32";
         case DType::Float64: return "float64";
+        case DType::Float16: return "float16";
+        case DType::BFloat16: return "bfloat16";
         case DType::Bool: return "bool";
         case DType::Int64: return "int64";
+        case DType::Int16: return "int16";
+        case DType::UInt16: return "uint16";
     }
     return "?";
 }
@@ -27,6 +31,10 @@ std::size_t item_size(DType dtype) {
     switch (dtype) {
         case DType::Float32: return 4;
         case DType::Float64: return 8;
+        case DType::Float16:
+        case DType::BFloat16:
+        case DType::Int16:
+        case DType::UInt16: return 2;
         case DType::Bool: return 1;
         case DType::Int64: return 8;
     }
@@ -136,7 +144,12 @@ DType parse_descr(const std::string& descr, const std::string& name) {
     if (descr == "<f8") return DType::Float64;
     if (descr == "|b1" || descr == "<b1" || descr == ">b1" || descr == "=b1") return DType::Bool;
     if (descr == "<i8") return DType::Int64;
-    fail(name, "unsupported dtype '" + descr + "' (supported: '<f4' float32, '<f8' float64, '|b1' bool, '<i8' int64)");
+    if (descr == "<f2") return DType::Float16;
+    if (descr == "<i2") return DType::Int16;
+    if (descr == "<u2") return DType::UInt16;
+    fail(name, "unsupported dtype '" + descr +
+                   "' (supported: '<f4' float32, '<f8' float64, '<f2' float16, '|b1' bool, '<i8' int64, and '<i2' or "
+                   "'<u2' holding bfloat16 or float16 bits, read with --dtype)");
 }
 
 std::uint32_t read_le(std::span<const unsigned char> bytes, std::size_t offset, std::size_t width) {
@@ -235,6 +248,18 @@ Array read_file(const std::string& path) {
     return parse(io_detail::read_bytes(path, "npy"), path);
 }
 
+Array as_dtype(Array array, DType dtype, const std::string& name) {
+    if (dtype != DType::Float16 && dtype != DType::BFloat16)
+        fail(name, std::string("can be read as float16 or bfloat16 only, not as ") + to_string(dtype));
+    if (array.dtype == dtype) return array;
+    if (array.dtype != DType::Int16 && array.dtype != DType::UInt16)
+        fail(name, "has dtype " + std::string(to_string(array.dtype)) + " " + attn::to_string(array.shape) +
+                       ", which does not hold " + to_string(dtype) + " bits (an int16 or uint16 array does: " +
+                       "tensor.view(torch.int16).numpy())");
+    array.dtype = dtype;  // the same little-endian 16-bit patterns
+    return array;
+}
+
 template <class T>
 Tensor<T> to_tensor(const Array& array, const std::string& name) {
     if (array.dtype != dtype_of<T>())
@@ -258,10 +283,12 @@ template <class T>
 std::vector<unsigned char> serialize(TensorView<const T> tensor) {
     // Header: the dict, padded with spaces and a final newline so the data starts at a multiple of 64.
     std::string dict = "{'descr': '";
-    dict += dtype_of<T>() == DType::Float32   ? "<f4"
-            : dtype_of<T>() == DType::Float64 ? "<f8"
-            : dtype_of<T>() == DType::Bool    ? "|b1"
-                                              : "<i8";
+    dict += dtype_of<T>() == DType::Float32    ? "<f4"
+            : dtype_of<T>() == DType::Float64  ? "<f8"
+            : dtype_of<T>() == DType::Float16  ? "<f2"
+            : dtype_of<T>() == DType::BFloat16 ? "<i2"  // its bits: NumPy has no bfloat16
+            : dtype_of<T>() == DType::Bool     ? "|b1"
+                                               : "<i8";
     dict += "', 'fortran_order': False, 'shape': (";
     for (Index d = 0; d < tensor.rank(); ++d) dict += (d ? ", " : "") + std::to_string(tensor.dim(d));
     dict += tensor.rank() == 1 ? ",)" : ")";  // (3,) is a tuple, (3) is not
@@ -309,6 +336,8 @@ void write_file(const std::string& path, TensorView<const T> tensor) {
     template void write_file<T>(const std::string&, TensorView<const T>);
 ATTN_NPY_INSTANTIATE(float)
 ATTN_NPY_INSTANTIATE(double)
+ATTN_NPY_INSTANTIATE(float16)
+ATTN_NPY_INSTANTIATE(bfloat16)
 ATTN_NPY_INSTANTIATE(bool)
 ATTN_NPY_INSTANTIATE(std::int64_t)
 #undef ATTN_NPY_INSTANTIATE

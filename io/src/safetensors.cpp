@@ -24,7 +24,9 @@ struct DtypeName {
     npy::DType dtype;
 };
 constexpr DtypeName kDtypes[] = {{"F32", npy::DType::Float32}, {"F64", npy::DType::Float64},
-                                 {"BOOL", npy::DType::Bool}, {"I64", npy::DType::Int64}};
+                                 {"F16", npy::DType::Float16},  {"BF16", npy::DType::BFloat16},
+                                 {"BOOL", npy::DType::Bool},    {"I64", npy::DType::Int64},
+                                 {"I16", npy::DType::Int16},    {"U16", npy::DType::UInt16}};
 
 const char* name_of(npy::DType d) {
     for (const DtypeName& n : kDtypes)
@@ -104,10 +106,8 @@ std::vector<Entry> parse(std::span<const unsigned char> bytes, const std::string
         const auto known = std::find_if(std::begin(kDtypes), std::end(kDtypes),
                                         [&](const DtypeName& d) { return dtype_name == d.name; });
         if (known == std::end(kDtypes))
-            fail(name, what + " has dtype " + dtype_name +
-                           (dtype_name == "BF16" || dtype_name == "F16" ? ", which attn does not read yet"
-                                                                       : ", which is no dtype attn reads") +
-                           " (F32, F64, BOOL, I64)");
+            fail(name, what + " has dtype " + dtype_name + ", which is no dtype attn reads (F32, F64, F16, BF16, BOOL, I64, "
+                           "I16, U16)");
         e.array.dtype = known->dtype;
         const nlohmann::json& shape = info["shape"];
         if (!shape.is_array()) fail(name, what + ": shape is not an array");

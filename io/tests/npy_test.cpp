@@ -83,6 +83,35 @@ TEST_CASE("float32, float64, bool and int64 tensors survive a write and a read b
     CHECK(n_back[1] == 42);
 }
 
+TEST_CASE("float16 is '<f2'; bfloat16 is written as its bits ('<i2') and read back as bfloat16 with as_dtype", "[npy]") {
+    const Tensor<float16> h({3}, {float16(1.5), float16::from_bits(0x0001), float16::from_bits(0xfc00)});
+    const Bytes hb = npy::serialize<float16>(h.view());
+    CHECK(std::string(hb.begin() + 10, hb.begin() + 30).find("'<f2'") != std::string::npos);
+    const auto h_back = npy::to_tensor<float16>(npy::parse(hb, "h"), "h");
+    for (Index i = 0; i < 3; ++i) CHECK(h_back[i].bits == h[i].bits);
+
+    const Tensor<bfloat16> g({2, 2}, {bfloat16(-2.0), bfloat16(0.1), bfloat16::from_bits(0x7fc1), bfloat16(3e38)});
+    const Bytes gb = npy::serialize<bfloat16>(g.view());
+    const npy::Array bits = npy::parse(gb, "g");
+    CHECK(bits.dtype == npy::DType::Int16);  // what tensor.view(torch.int16).numpy() saves
+    const std::string refused = test::error_message<IoError>([&] { (void)npy::to_tensor<bfloat16>(bits, "g"); });
+    CHECK_THAT(refused, Catch::Contains("int16") && Catch::Contains("bfloat16"));
+    const auto g_back = npy::to_tensor<bfloat16>(npy::as_dtype(bits, npy::DType::BFloat16, "g"), "g");
+    REQUIRE(g_back.shape() == Shape{2, 2});
+    for (Index i = 0; i < 4; ++i) CHECK(g_back[i].bits == g[i].bits);
+    // uint16 arrays hold the same patterns; float16 can come that way too.
+    const Bytes u = make_npy(1, numpy_header("{'descr': '<u2', 'fortran_order': False, 'shape': (1,), }"), {0x80, 0x3f});
+    CHECK(static_cast<float>(npy::to_tensor<bfloat16>(npy::as_dtype(npy::parse(u, "u"), npy::DType::BFloat16, "u"), "u")[0]) == 1.0f);
+    CHECK(static_cast<float>(npy::to_tensor<float16>(npy::as_dtype(npy::parse(u, "u"), npy::DType::Float16, "u"), "u")[0]) ==
+          1.875f);  // 0x3f80: exponent 15, significand 0x380 = 0.875
+    // Nothing else is reinterpreted: a float32 array's values are no 16-bit patterns.
+    const npy::Array f = npy::parse(npy::serialize<float>(Tensor<float>({1}, {1.0f}).view()), "f.npy");
+    CHECK_THAT(test::error_message<IoError>([&] { (void)npy::as_dtype(f, npy::DType::BFloat16, "f.npy"); }),
+               Catch::Contains("f.npy") && Catch::Contains("float32 [1]") && Catch::Contains("does not hold bfloat16 bits"));
+    CHECK_THAT(test::error_message<IoError>([&] { (void)npy::as_dtype(f, npy::DType::Float32, "f.npy"); }),
+               Catch::Contains("float16 or bfloat16 only"));
+}
+
 TEST_CASE("scalars and empty arrays round-trip with their shapes", "[npy]") {
     const Tensor<float> scalar(Shape{}, {2.5f});
     const auto s = npy::to_tensor<float>(npy::parse(npy::serialize<float>(scalar.view()), "s"), "s");
@@ -198,8 +227,8 @@ TEST_CASE("byte order, dtype and memory order outside the supported set are IoEr
     require_io_error(make_npy(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (1,)}", one), "big-endian");
     require_io_error(make_npy(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (1,)}", one),
                      "unsupported dtype '<i4'");
-    require_io_error(make_npy(1, "{'descr': '<f2', 'fortran_order': False, 'shape': (2,)}", one),
-                     "unsupported dtype '<f2'");
+    require_io_error(make_npy(1, "{'descr': '<u4', 'fortran_order': False, 'shape': (1,)}", one),
+                     "unsupported dtype '<u4'");
     require_io_error(make_npy(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3)}", Bytes(24)),
                      "Fortran-order");
 }

@@ -94,6 +94,29 @@ TEST_CASE("serialize writes what parse reads, several tensors in order", "[safet
     CHECK(npy::to_tensor<std::int64_t>(back[1].array, "b")[1] == -9);
 }
 
+TEST_CASE("BF16 and F16 tensors read and write as attn's 16-bit types, bit for bit", "[safetensors]") {
+    // As PyTorch's safetensors.torch.save_file writes a bfloat16 [2] and a float16 [1] tensor.
+    const std::string header = R"({"b":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},)"
+                               R"("h":{"dtype":"F16","shape":[1],"data_offsets":[4,6]}})";
+    const Bytes buffer = {0x80, 0x3f, 0xc0, 0xbf, 0x00, 0x3c};  // 1.0, -1.5 in bfloat16; 1.0 in float16
+    const auto entries = safetensors::parse(make_file(header, buffer), "t.safetensors");
+    REQUIRE(entries.size() == 2);
+    const Tensor<bfloat16> b = npy::to_tensor<bfloat16>(entries[0].array, "b");
+    CHECK(static_cast<float>(b[0]) == 1.0f);
+    CHECK(static_cast<float>(b[1]) == -1.5f);
+    CHECK(static_cast<float>(npy::to_tensor<float16>(entries[1].array, "h")[0]) == 1.0f);
+    // Through FILE.safetensors:NAME.
+    const std::string path = scratch_path("half.safetensors");
+    const Tensor<bfloat16> g({2, 3}, {bfloat16(0.1), bfloat16(-7.0), bfloat16(1e-39), bfloat16(2.0), bfloat16(3.0),
+                                      bfloat16::from_bits(0xff80)});
+    npy::write_file<bfloat16>(path + ":g", g.view());
+    const npy::Array back = npy::read_file(path + ":g");
+    CHECK(back.dtype == npy::DType::BFloat16);
+    const Tensor<bfloat16> g_back = npy::to_tensor<bfloat16>(back, "g");
+    for (Index i = 0; i < 6; ++i) CHECK(g_back[i].bits == g[i].bits);
+    std::filesystem::remove(path);
+}
+
 TEST_CASE("malformed files are refused with what is wrong, never read past their end", "[safetensors]") {
     const Bytes two = float_bytes({1.0f, 2.0f});
     const auto one = [&](const std::string& entry, const Bytes& buffer) { return make_file("{\"x\":" + entry + "}", buffer); };
@@ -104,8 +127,8 @@ TEST_CASE("malformed files are refused with what is wrong, never read past their
     CHECK_THAT(refusal(make_file("[1,2]", {})), Catch::Contains("header is not a JSON object"));
     CHECK_THAT(refusal(make_file(std::string(1000, '[') + std::string(1000, ']'), {})), Catch::Contains("nested deeper"));
     CHECK_THAT(refusal(one(R"({"dtype":"F32","shape":[2]})", two)), Catch::Contains("tensor 'x' needs dtype, shape and data_offsets"));
-    CHECK_THAT(refusal(one(R"({"dtype":"BF16","shape":[2],"data_offsets":[0,4]})", Bytes(4))),
-               Catch::Contains("tensor 'x' has dtype BF16, which attn does not read yet"));
+    CHECK_THAT(refusal(one(R"({"dtype":"BF16","shape":[3],"data_offsets":[0,4]})", Bytes(4))),
+               Catch::Contains("has 4 bytes for shape [3] of BF16, which needs 6"));
     CHECK_THAT(refusal(one(R"({"dtype":"C64","shape":[2],"data_offsets":[0,16]})", Bytes(16))),
                Catch::Contains("which is no dtype attn reads"));
     CHECK_THAT(refusal(one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,16]})", two)),

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -47,22 +48,44 @@ void write_inputs(const Scratch& scratch) {
     npy::write_file<T>(scratch / "v.npy", random({2, 6, 3}).view());
 }
 
+// bfloat16 goes to .npy as its int16 bits, read with --dtype bfloat16 (as a PyTorch user's view(torch.int16) dump).
+template <class T = float>
 std::string inputs(const Scratch& scratch) {
-    return " --q '" + (scratch / "q.npy") + "' --k '" + (scratch / "k.npy") + "' --v '" + (scratch / "v.npy") + "'";
+    return " --q '" + (scratch / "q.npy") + "' --k '" + (scratch / "k.npy") + "' --v '" + (scratch / "v.npy") + "'" +
+           (std::is_same_v<T, bfloat16> ? " --dtype bfloat16" : "");
+}
+
+template <class T>
+Tensor<T> read(const std::string& path) {
+    npy::Array a = npy::read_file(path);
+    if constexpr (std::is_same_v<T, bfloat16>) a = npy::as_dtype(std::move(a), npy::DType::BFloat16, path);
+    return npy::to_tensor<T>(a, path);
+}
+
+// The next T above x.
+template <class T>
+T step_up(T x) {
+    if constexpr (is_half_v<T>) {
+        const float f = x;
+        if (f == 0) return std::numeric_limits<T>::denorm_min();
+        return T::from_bits(static_cast<std::uint16_t>(f > 0 ? x.bits + 1 : x.bits - 1));
+    } else {
+        return std::nextafter(x, std::numeric_limits<T>::infinity());
+    }
 }
 
 }  // namespace
 
 TEMPLATE_TEST_CASE("attn check passes the library's output and names an element moved just past its bound",
-                   "[cli][oracle]", float, double) {
+                   "[cli][oracle]", float, double, float16, bfloat16) {
     using T = TestType;
     const Scratch scratch;
     write_inputs<T>(scratch);
-    const Run lib = run_attn(scratch, "sdpa" + inputs(scratch) + " --backend reference --out '" + (scratch / "lib.npy") + "'");
+    const Run lib = run_attn(scratch, "sdpa" + inputs<T>(scratch) + " --backend reference --out '" + (scratch / "lib.npy") + "'");
     INFO(lib.stderr_text);
     REQUIRE(lib.exit_code == 0);
 
-    const Run good = run_attn(scratch, "check" + inputs(scratch) + " --model reference --candidate '" +
+    const Run good = run_attn(scratch, "check" + inputs<T>(scratch) + " --model reference --candidate '" +
                                            (scratch / "lib.npy") + "' --json '" + (scratch / "good.json") + "'");
     INFO(good.out << good.stderr_text);
     CHECK(good.exit_code == 0);
@@ -71,32 +94,32 @@ TEMPLATE_TEST_CASE("attn check passes the library's output and names an element 
     CHECK(nlohmann::json::parse(slurp(scratch / "good.json"))["pass"] == true);
 
     // `attn oracle` writes the correctly rounded output and the bound of the chosen model.
-    const Run orc = run_attn(scratch, "oracle" + inputs(scratch) + " --model reference --out '" + (scratch / "o.npy") +
+    const Run orc = run_attn(scratch, "oracle" + inputs<T>(scratch) + " --model reference --out '" + (scratch / "o.npy") +
                                           "' --bound '" + (scratch / "b.npy") + "'");
     INFO(orc.stderr_text);
     REQUIRE(orc.exit_code == 0);
-    const Tensor<T> q = npy::to_tensor<T>(npy::read_file(scratch / "q.npy"), "q");
-    const Tensor<T> k = npy::to_tensor<T>(npy::read_file(scratch / "k.npy"), "k");
-    const Tensor<T> v = npy::to_tensor<T>(npy::read_file(scratch / "v.npy"), "v");
+    const Tensor<T> q = read<T>(scratch / "q.npy");
+    const Tensor<T> k = read<T>(scratch / "k.npy");
+    const Tensor<T> v = read<T>(scratch / "v.npy");
     oracle::OracleOptions oo;
     oo.model = oracle::reference_model();
     const oracle::Result<T> r = oracle::scaled_dot_product_attention<T>(q.view(), k.view(), v.view(), std::nullopt, {}, oo);
-    const Tensor<T> o = npy::to_tensor<T>(npy::read_file(scratch / "o.npy"), "o");
+    const Tensor<T> o = read<T>(scratch / "o.npy");
     const Tensor<double> b = npy::to_tensor<double>(npy::read_file(scratch / "b.npy"), "b");
     for (Index e = 0; e < o.numel(); ++e) {
-        CHECK(o[e] == r.output[e]);
+        CHECK(std::memcmp(&o[e], &r.output[e], sizeof(T)) == 0);
         CHECK(b[e] == r.output_bound[e]);
     }
 
     // Element (1, 2, 1) moved to the first T beyond exact + bound.
-    Tensor<T> moved = npy::to_tensor<T>(npy::read_file(scratch / "lib.npy"), "lib");
+    Tensor<T> moved = read<T>(scratch / "lib.npy");
     const Index flat = (1 * 4 + 2) * 3 + 1;
     const long double limit = r.output_exact[flat] + r.output_exact_lo[flat] + r.output_bound[flat];
     T x = static_cast<T>(limit);
-    while (static_cast<long double>(x) <= limit) x = std::nextafter(x, std::numeric_limits<T>::infinity());
+    while (static_cast<long double>(x) <= limit) x = step_up(x);
     moved[flat] = x;
     npy::write_file<T>(scratch / "moved.npy", moved.view());
-    const Run bad = run_attn(scratch, "check" + inputs(scratch) + " --model reference --candidate '" +
+    const Run bad = run_attn(scratch, "check" + inputs<T>(scratch) + " --model reference --candidate '" +
                                           (scratch / "moved.npy") + "' --json '" + (scratch / "bad.json") + "'");
     INFO(bad.out << bad.stderr_text);
     CHECK(bad.exit_code == 1);
@@ -122,6 +145,12 @@ TEST_CASE("attn check reports bad input with exit code 2", "[cli][oracle][errors
         const Run run = run_attn(scratch, "check" + inputs(scratch) + " --candidate '" + (scratch / "c.npy") + "'");
         CHECK(run.exit_code == 2);
         CHECK(run.stderr_text.find("must have q's dtype") != std::string::npos);
+    }
+    SECTION("--dtype bfloat16 on float32 files: their values are no 16-bit patterns") {
+        const Run run = run_attn(scratch, "check" + inputs(scratch) + " --dtype bfloat16 --candidate '" +
+                                              (scratch / "q.npy") + "'");
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("float32 [2,4,8], which does not hold bfloat16 bits") != std::string::npos);
     }
     SECTION("an unknown model") {
         const Run run = run_attn(scratch, "check" + inputs(scratch) + " --candidate '" + (scratch / "q.npy") +

@@ -24,8 +24,8 @@ struct Entry {
 
 // Parses a whole file, tensors in header order. IoError naming `name` and what is wrong: shorter than its 8-byte
 // length, a header length over max_header_bytes or past the end, a header that is no JSON object, a tensor without
-// dtype, shape or data_offsets, a dtype attn does not read (F32, F64, BOOL and I64 it does; BF16 and F16 are named
-// as not yet supported), offsets out of the buffer, not matching the shape, overlapping, or leaving a hole. Never
+// dtype, shape or data_offsets, a dtype attn does not read (it reads F32, F64, F16, BF16, BOOL, I64, I16 and U16),
+// offsets out of the buffer, not matching the shape, overlapping, or leaving a hole. Never
 // a crash or an over-read.
 std::vector<Entry> parse(std::span<const unsigned char> bytes, const std::string& name);
 std::vector<Entry> read_file(const std::string& path);
