@@ -38,6 +38,8 @@ struct ProblemArgs {
     bool block_partial_sums = false;  // tiled: each key block's sums are formed apart and then added
     bool sequential_sums = false;     // the sums over keys add one term at a time, in key order
     std::string dtype;                // --dtype: int16/uint16 files hold the bits of this 16-bit type
+    Index logit_storage_roundings = 0;     // the logits (or their scale) rounded to the storage type this many times
+    bool probabilities_in_storage = false;  // P rounded to the storage type before P V
 };
 
 struct OracleArgs : ProblemArgs {
@@ -91,6 +93,14 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
     cmd->add_flag("--block-partial-sums", args.block_partial_sums,
                   "Tiled model: the kernel forms each key block's sum of exps and of exps times values apart from "
                   "its running sums and adds it once (not accumulating into them, as an MMA with C = acc does)");
+    cmd->add_option("--logit-storage-roundings", args.logit_storage_roundings,
+                    "16-bit kernels: how many times each logit, or the scale it is multiplied by, is rounded to the "
+                    "storage type before the softmax (1: q k^T stored in 16 bits; 2: then scaled in 16 bits too)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 2));
+    cmd->add_flag("--probabilities-in-storage", args.probabilities_in_storage,
+                  "16-bit kernels: the exps or the weights are rounded to the storage type before the P V product "
+                  "(FlashAttention's forward; a 16-bit softmax followed by a 16-bit matmul)");
     cmd->add_flag("--sequential-sums", args.sequential_sums,
                   "The kernel's sum of exps and weighted sums add one key's term at a time, in key order (a plain "
                   "loop): the statistical verdict's row statistic then uses the exact partial sums");
@@ -125,6 +135,8 @@ oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in, bool sta
         oo.model.block_partial_sums = true;
     }
     oo.model.sequential_sums = args.sequential_sums;  // no named model claims it
+    oo.model.logit_storage_roundings = args.logit_storage_roundings;
+    oo.model.probabilities_in_storage = args.probabilities_in_storage;
     if (!args.underflow.empty()) {  // gradual: IEEE arithmetic throughout; ftz: results and inputs may be flushed
         oo.model.gradual_underflow = args.underflow == "gradual";
         oo.model.inputs_flushed = !oo.model.gradual_underflow;
@@ -267,7 +279,9 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                                  {"log_ulps", m.log_ulps},
                                  {"reciprocal_normalisation", m.reciprocal_normalisation},
                                  {"gradual_underflow", m.gradual_underflow},
-                                 {"inputs_flushed", m.inputs_flushed}};
+                                 {"inputs_flushed", m.inputs_flushed},
+                                 {"logit_storage_roundings", m.logit_storage_roundings},
+                                 {"probabilities_in_storage", m.probabilities_in_storage}};
         std::ofstream file(args.json_path);
         if (!file) throw IoError("check: cannot write " + args.json_path);
         file << report.dump(2) << "\n";

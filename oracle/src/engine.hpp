@@ -54,6 +54,18 @@ private:
     // roundoff, its underflow, its subnormal inputs); the last one, of the result to T, is storage_rounding's.
     using C = compute_t<T>;
     static constexpr double u_ = std::numeric_limits<C>::epsilon() / 2;  // unit roundoff of the computation
+    // The storage type's unit roundoff and half its smallest subnormal: the roundings to it inside the computation
+    // that the model names (ErrorModel::logit_storage_roundings, probabilities_in_storage; section 11).
+    static constexpr double u_storage_ = static_cast<double>(static_cast<C>(std::numeric_limits<T>::epsilon())) / 2;
+    static constexpr double tau_storage_ = static_cast<double>(static_cast<C>(std::numeric_limits<T>::denorm_min())) / 2;
+    // a_j with the logit rounded to storage k times (section 11): + gamma_k (|s_j| + a_j) + k tau (1 + gamma_k).
+    double storage_logit(double a, double abs_s) const {
+        const Index k = model_.logit_storage_roundings;
+        if (k <= 0) return a;
+        const double g = gamma(static_cast<double>(k), u_storage_);
+        return round_up((static_cast<Wide>(a) + g * (static_cast<Wide>(abs_s) + a) +
+                         static_cast<Wide>(k) * tau_storage_ * (1 + g)) * (1 + 0x1p-60L));
+    }
 
     const SdpaProblem<T>& p_;
     const std::vector<Readability>& readable_;
@@ -447,14 +459,15 @@ private:
         std::vector<double> a(n);
         double A = 0, max_abs_logit = 0;  // max_j |s_j|, rounded up (the oracle's own logit error included)
         for (std::size_t c = 0; c < n; ++c) {
-            a[c] = logit_bound(lr, L.flushed[c], L.abs_dot[c], L.abs_sum[c]);
-            A = std::max(A, a[c]);
             const double s_c = fast ? L.s_dd[c].hi : static_cast<double>(L.s[c]);
-            max_abs_logit = std::max(max_abs_logit, std::fabs(s_c) * (1 + 0x1p-52) + L.logit_self[c]);
+            const double abs_s = std::fabs(s_c) * (1 + 0x1p-52) + L.logit_self[c];
+            a[c] = storage_logit(logit_bound(lr, L.flushed[c], L.abs_dot[c], L.abs_sum[c]), abs_s);
+            A = std::max(A, a[c]);
+            max_abs_logit = std::max(max_abs_logit, abs_s);
         }
         RowBound rb;
         rb.fast = fast;
-        rb.impl = implementation_rounding(model_, nd, R, u_, max_abs_logit, A);
+        rb.impl = implementation_rounding(model_, nd, R, u_, max_abs_logit, A, 0, u_storage_);
         // The oracle's softmax: double-double operations and exp (kDdOp, kDdExp) or MPFR (u_mp, correctly rounded);
         // its weighted sum: Dot2 over the 2n terms p_hi v_j, p_lo v_j, or Real; plus the division's rounding.
         const double g2n = gamma(2.0 * nd, 0x1p-53);
@@ -485,7 +498,7 @@ private:
             for (std::size_t c = 0; c < n; ++c) theta_D_rest.push_back(rb.impl.k_D * a[c]);
         rb.nz[0] = normalise(rb.impl, theta_rest, rb.p_up, sigma_up, sigma_lo, log_W_lo, sm.pivot, false, theta_D_rest);
         rb.nz[1] = normalise(rb.impl, theta_rest, rb.p_up, sigma_up, sigma_lo, log_W_lo, sm.pivot, true, theta_D_rest);
-        rb.under = underflow_terms(rb.impl, nd, R, u_, eta);
+        rb.under = underflow_terms(rb.impl, nd, R, u_, eta, model_.probabilities_in_storage ? tau_storage_ : 0.0);
         const auto better = [&](int pivot, int direct) {
             return rb.nz[pivot].bounded && (!rb.nz[direct].bounded || rb.nz[pivot].delta < rb.nz[direct].delta) ? pivot
                                                                                                            : direct;
@@ -501,10 +514,12 @@ private:
             double A_s = 0;
             std::vector<double> a_s(n);
             for (std::size_t c = 0; c < n; ++c) {
-                a_s[c] = logit_bound(ls, L.flushed[c], L.abs_dot[c], L.abs_sum[c]);
+                const double s_c = fast ? L.s_dd[c].hi : static_cast<double>(L.s[c]);
+                a_s[c] = storage_logit(logit_bound(ls, L.flushed[c], L.abs_dot[c], L.abs_sum[c]),
+                                       std::fabs(s_c) * (1 + 0x1p-52) + L.logit_self[c]);
                 A_s = std::max(A_s, a_s[c]);
             }
-            rb.stat_impl = implementation_rounding(model_, nd, R, u_, max_abs_logit, A_s, lambda);
+            rb.stat_impl = implementation_rounding(model_, nd, R, u_, max_abs_logit, A_s, lambda, u_storage_);
             for (std::size_t c = 0; c < n; ++c) theta_rest[c] = exponent_perturbation_rest(a_s[c], A_s, rb.stat_impl);
             theta_D_rest.clear();
             if (rb.stat_impl.split)

@@ -289,10 +289,15 @@ struct RowRounding {
 // Sections 3-4 for an implementation in T with R rescalings and the model's exp over n keys. max_abs_logit >=
 // max_j |s_j| and A >= max_j a_j enter only the rounded-max shift. lambda > 0: the statistical bound's gamma_S and
 // gamma_O (section 10); the short chains (shifts, scale, division) keep their rigorous gamma, which is smaller.
+// u_storage: the unit roundoff of the storage type, for the model's roundings to it inside the computation (section
+// 11): a scale rounded to storage joins the scale's common roundings, and P rounded before P V the weighted sum's
+// per-term factor.
 inline RowRounding implementation_rounding(const ErrorModel& model, double n, double R, double u, double max_abs_logit,
-                                           double A, double lambda = 0) {
+                                           double A, double lambda = 0, double u_storage = 0) {
     RowRounding P;
-    const double gamma_r = gamma(static_cast<double>(model.scale_roundings), u);
+    const double gamma_scale = gamma(static_cast<double>(model.scale_roundings), u);
+    const double gamma_l = gamma(static_cast<double>(model.logit_storage_roundings), u_storage);
+    const double gamma_r = gamma_scale + gamma_l * (1 + gamma_scale);
     const double gamma_k = gamma(static_cast<double>(model.shift_roundings), u);
     P.k_sigma = gamma_k * (1 + gamma_r) + gamma_r;
     // The rounded-max shift's u |m| per key, and lazy rescaling's 2 gamma_k stale_max (a key above a stale max).
@@ -311,6 +316,14 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
     P.gamma_S = gamma_stat(additions + R, u, lambda);
     P.gamma_O = gamma_stat(additions + 2 + recip + R, u, lambda);
     P.u_div = gamma(1 + recip, u);
+    // P rounded before P V: a factor in the weighted sum, and in the sum of exps when it is formed from the rounded
+    // values (charged either way: section 11).
+    const auto p_storage = [&] {
+        if (!model.probabilities_in_storage) return;
+        P.gamma_O += u_storage * (1 + P.gamma_O);
+        P.gamma_S += u_storage * (1 + P.gamma_S);
+    };
+    p_storage();
     if (model.split_kv) {
         // At most n splits. Within one: everything above. The combine (section 3, split-KV): lse_s = fl(m_s +
         // fl(log l_s)), lse = fl(M + fl(log sum_s exp(fl(lse_s - M)))), out = sum_s fl(exp(fl(lse_s - lse)) o_s).
@@ -323,6 +336,7 @@ inline RowRounding implementation_rounding(const ErrorModel& model, double n, do
         P.log_down = (2 + R) * std::log1p(-eps_exp);
         P.gamma_O = gamma_stat(2 * n + 1 + recip + R, u, lambda);  // + the product c_s o_s and n - 1 additions
         P.gamma_S = gamma_stat(2 * n - 2 + R, u, lambda);          // + the n - 1 additions of E
+        p_storage();
         P.split = true;
         P.k_D = 2 * gamma_k;  // fl(lse_s - lse) and fl(lse_s - M): gamma_k |lse_s - lse| each
         P.theta_D = 2 * gamma_k * (A + L + 1 + lambda_s) + std::log1p(eps_exp) - std::log1p(-eps_exp);
@@ -530,6 +544,9 @@ struct Underflow {
     Wide H0 = 0, Z = 0;
     UnderflowUnits eta;
     bool split = false;  // split-KV: the combine's products, additions and exps (each split's o_s is at most max|v|)
+    // Section 11: P rounded to a storage type before P V, half its smallest subnormal per term (absolute, in the scale
+    // of the computed exps or of the normalised weights): p_abs sum_j |v_jc| (1 / S_min + 1). 0 otherwise.
+    Wide p_abs = 0;
     bool ok = false;  // S_min > 1/4
     Wide inv_S_min = 0;  // 1 / S_min (its rounding within kBoundInflation)
 
@@ -548,7 +565,8 @@ struct Underflow {
         const R direct_abs = (mul * abs_v + n * (mul + add)) * (1 + gamma_O);
         // Split-KV: each part's own absolute error has |o_s| <= max_j |v_jc| where a single pass has |o_c|.
         const R combine_abs = split ? (n * (mul + add) + ex * abs_v) * (1 + gamma_O) + z * abs_v * inv : R(0);
-        return rel + (Xi + (o_up + rel) * z) * inv + direct_abs + combine_abs;
+        const R storage_abs = static_cast<R>(p_abs) * abs_v * (inv + 1) * (1 + gamma_O);
+        return rel + (Xi + (o_up + rel) * z) * inv + direct_abs + combine_abs + storage_abs;
     }
     // The weight p_j's: rel_j + (H0 (1 + u) + (p_j + rel_j) Z) / S_min + eta_mul.
     template <class R = Wide>
@@ -561,11 +579,14 @@ struct Underflow {
 
 // S_min: the computed argmax's exp is at least exp(-offset) (1 - eps_exp) (its argument is 0, or the rounded-max
 // shift's offset), times R rescalings of at least (1 - eps_exp)(1 - u), less the sum's rounding.
-inline Underflow underflow_terms(const RowRounding& impl, double n, double R, double u, const UnderflowUnits& eta) {
+// p_abs: Underflow::p_abs (section 11), which enters the computed sum too.
+inline Underflow underflow_terms(const RowRounding& impl, double n, double R, double u, const UnderflowUnits& eta,
+                                 Wide p_abs = 0) {
     Underflow U;
     U.S_min = std::exp(impl.log_down - impl.offset + R * std::log1p(-u)) * (1 - impl.gamma_S);
     U.H0 = (1 + R) * (eta.exp + eta.mul);                         // each computed exp, after rescalings
-    U.Z = (n * U.H0 + n * eta.add + R * eta.mul) * (1 + impl.gamma_S) * 2;  // the computed sum
+    U.Z = (n * (U.H0 + p_abs) + n * eta.add + R * eta.mul) * (1 + impl.gamma_S) * 2;  // the computed sum
+    U.p_abs = p_abs;
     U.n = n;
     U.R = R;
     U.eta = eta;

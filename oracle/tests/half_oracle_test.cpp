@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iostream>
 #include <random>
+#include <vector>
 
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
@@ -128,4 +129,65 @@ TEST_CASE("the exact 16-bit result is rounded to nearest even at a midpoint", "[
     CHECK(oracle::round_to<float16>(65520.0, 0x1p-40).bits == 0x7c00);
     CHECK(oracle::round_to<bfloat16>(1.0 + 0x1p-8, 0x1p-70).bits == 0x3f81);
     CHECK(oracle::round_to<bfloat16>(1.0 + 0x1p-8, 0).bits == 0x3f80);
+}
+
+namespace {
+
+// The unfused 16-bit path softmax(q @ k^T * scale) @ v with every operation on 16-bit tensors (PyTorch's CPU
+// bfloat16 and float16 operators): each product or sum accumulated in float32 and its result rounded to storage.
+template <class H>
+Tensor<H> unfused_16bit(const Tensor<H>& q, const Tensor<H>& k, const Tensor<H>& v, double scale) {
+    const Index B = q.dim(0), Tq = q.dim(1), Tk = k.dim(1), Dk = q.dim(2), Dv = v.dim(2);
+    Tensor<H> out({B, Tq, Dv});
+    std::vector<float> s(static_cast<std::size_t>(Tk));
+    std::vector<H> p(static_cast<std::size_t>(Tk));
+    for (Index b = 0; b < B; ++b)
+        for (Index i = 0; i < Tq; ++i) {
+            float m = -INFINITY;
+            for (Index j = 0; j < Tk; ++j) {
+                float dot = 0;
+                for (Index d = 0; d < Dk; ++d) dot += static_cast<float>(q({b, i, d})) * static_cast<float>(k({b, j, d}));
+                const H stored(dot);                                            // q @ k^T in 16 bits
+                s[j] = static_cast<float>(H(static_cast<float>(stored) * static_cast<float>(scale)));  // * scale
+                m = std::max(m, s[j]);
+            }
+            float sum = 0;
+            for (Index j = 0; j < Tk; ++j) sum += std::exp(s[j] - m);
+            for (Index j = 0; j < Tk; ++j) p[j] = H(std::exp(s[j] - m) / sum);  // softmax in 16 bits
+            for (Index c = 0; c < Dv; ++c) {
+                float acc = 0;
+                for (Index j = 0; j < Tk; ++j) acc += static_cast<float>(p[j]) * static_cast<float>(v({b, j, c}));
+                out({b, i, c}) = H(acc);                                        // @ v in 16 bits
+            }
+        }
+    return out;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("an unfused 16-bit softmax(q k^T * scale) v fails the default model and passes the one it follows",
+                   "[oracle][half]", float16, bfloat16) {
+    using H = TestType;
+    std::mt19937_64 rng(5);
+    const Tensor<H> q = random_half<H>({2, 24, 32}, rng), k = random_half<H>({2, 40, 32}, rng),
+                    v = random_half<H>({2, 40, 32}, rng);
+    const double scale = 1 / std::sqrt(32.0);
+    const Tensor<H> candidate = unfused_16bit(q, k, v, scale);
+    SdpaOptions options;
+    options.scale = scale;
+    oracle::OracleOptions oo;  // generic: any summation order, exp within 4 ulps, ...
+    const auto plain = oracle::compare_output<H>(
+        candidate.view(), oracle::scaled_dot_product_attention<H>(q, k, v, std::nullopt, options, oo));
+    INFO("default: " << plain.summary());
+    CHECK(!plain.pass());
+    oo.model.logit_storage_roundings = 2;
+    oo.model.probabilities_in_storage = true;
+    const auto fit = oracle::compare_output<H>(
+        candidate.view(), oracle::scaled_dot_product_attention<H>(q, k, v, std::nullopt, options, oo));
+    INFO("logit_storage_roundings 2, probabilities_in_storage: " << fit.summary());
+    CHECK(fit.pass());
+    CHECK(fit.unbounded == 0);
+    CHECK(fit.max_tightness > 0.05);  // the model's extra roundings are what the candidate's errors are made of
+    std::cout << "unfused 16-bit path: tightness " << plain.max_tightness << " under generic, " << fit.max_tightness
+              << " with the logits and P in storage\n";
 }

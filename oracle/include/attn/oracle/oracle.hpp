@@ -55,6 +55,15 @@ struct ErrorModel {
     // Results below the normal range are rounded (IEEE gradual underflow), never flushed to zero: products and
     // quotients then err by at most half the smallest subnormal, sums not at all. false: flush-to-zero (GPUs).
     bool gradual_underflow = false;
+    // Kernels on 16-bit storage that round inside the computation as well (BOUNDS.md section 11; every result is
+    // rounded to the storage type at the end in any case). logit_storage_roundings: how many times each logit, or the
+    // scale it is multiplied by, is rounded to the storage type before the softmax (0: the logits stay in the compute
+    // type; 1: the q k^T product is stored; 2: it is then scaled in storage too, as an unfused 16-bit matmul followed
+    // by a 16-bit multiplication does). probabilities_in_storage: the exps, or the normalised weights, are rounded to
+    // the storage type before the P V product (FlashAttention's forward; a 16-bit softmax followed by a 16-bit
+    // matmul). For float and double targets the storage type is the target itself, and these count roundings more.
+    Index logit_storage_roundings = 0;
+    bool probabilities_in_storage = false;
 };
 
 // A conservative model for a kernel whose structure is unknown (any summation order, folded scale, rescaling
