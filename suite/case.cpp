@@ -87,6 +87,10 @@ template Tensor<float> cast_tensor<float>(const Tensor<double>&);
 template Tensor<double> cast_tensor<double>(const Tensor<double>&);
 template CaseInputs<float> make_inputs<float>(const SdpaCase&);
 template CaseInputs<double> make_inputs<double>(const SdpaCase&);
+template Tensor<float16> cast_tensor<float16>(const Tensor<double>&);
+template Tensor<bfloat16> cast_tensor<bfloat16>(const Tensor<double>&);
+template CaseInputs<float16> make_inputs<float16>(const SdpaCase&);
+template CaseInputs<bfloat16> make_inputs<bfloat16>(const SdpaCase&);
 
 void showValue(const SdpaCase& c, std::ostream& os) { os << config_string(c, "?"); }
 
@@ -195,8 +199,11 @@ CaseFile case_from_json(const std::string& text, const std::string& origin) {
         f.source = j.value("source", "");
         SdpaCase& c = f.sdpa;
         const std::string dtype = j.at("dtype").get<std::string>();
-        if (dtype != "float" && dtype != "double") throw IoError("case file " + origin + ": dtype '" + dtype + "'");
-        c.dtype = dtype == "float" ? Dtype::Float : Dtype::Double;
+        try {
+            c.dtype = dtype_from_string(dtype, "case file " + origin);
+        } catch (const ConfigError& e) {
+            throw IoError(e.what());
+        }
         const json& s = j.at("shape");
         c.B = s.at("B"), c.H = s.at("H"), c.Tq = s.at("Tq"), c.Tk = s.at("Tk"), c.Dk = s.at("Dk"), c.Dv = s.at("Dv");
         c.kv_heads = s.value("kv_heads", c.H);

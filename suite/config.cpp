@@ -12,7 +12,56 @@
 
 namespace attn::suite {
 
-const char* to_string(Dtype dtype) { return dtype == Dtype::Float ? "float" : "double"; }
+const char* to_string(Dtype dtype) {
+    switch (dtype) {
+        case Dtype::Float: return "float";
+        case Dtype::Double: return "double";
+        case Dtype::Float16: return "float16";
+        case Dtype::BFloat16: return "bfloat16";
+    }
+    return "?";
+}
+
+const std::vector<Dtype>& all_dtypes() {
+    static const std::vector<Dtype> all{Dtype::Float, Dtype::Double, Dtype::Float16, Dtype::BFloat16};
+    return all;
+}
+
+Dtype dtype_from_string(const std::string& name, const std::string& context) {
+    for (const Dtype d : all_dtypes())
+        if (name == to_string(d)) return d;
+    throw ConfigError(context + ": dtype '" + name + "' (known: float, double, float16, bfloat16)");
+}
+
+double round_to_dtype(Dtype dtype, double x) {
+    switch (dtype) {
+        case Dtype::Float: return static_cast<float>(x);
+        case Dtype::Double: return x;
+        case Dtype::Float16: return static_cast<float>(float16(x));
+        case Dtype::BFloat16: return static_cast<float>(bfloat16(x));
+    }
+    return x;
+}
+
+namespace {
+template <class H>
+double next_up_16(double x) {
+    const H h(x);
+    const float f = h;
+    if (f == 0) return static_cast<float>(std::numeric_limits<H>::denorm_min());
+    return static_cast<float>(H::from_bits(static_cast<std::uint16_t>(f > 0 ? h.bits + 1 : h.bits - 1)));
+}
+}  // namespace
+
+double next_up_in(Dtype dtype, double x) {
+    switch (dtype) {
+        case Dtype::Float: return std::nextafter(static_cast<float>(x), std::numeric_limits<float>::infinity());
+        case Dtype::Double: return std::nextafter(x, std::numeric_limits<double>::infinity());
+        case Dtype::Float16: return next_up_16<float16>(x);
+        case Dtype::BFloat16: return next_up_16<bfloat16>(x);
+    }
+    return x;
+}
 
 std::string format_number(double x) {
     char buf[64];
@@ -21,7 +70,7 @@ std::string format_number(double x) {
 }
 
 std::string format_number(double x, Dtype dtype) {
-    if (dtype == Dtype::Double || static_cast<double>(static_cast<float>(x)) != x) return format_number(x);
+    if (!scale_is_float(dtype) || static_cast<double>(static_cast<float>(x)) != x) return format_number(x);
     char buf[64];
     const auto r = std::to_chars(buf, buf + sizeof buf, static_cast<float>(x));
     return std::string(buf, r.ptr);
@@ -144,9 +193,7 @@ CaseConfig parse_config(const std::string& text) {
             }
             c.mask = checked(kind, "mask");
         } else if (key == "dtype") {
-            if (value != "float" && value != "double")
-                throw ConfigError("config string '" + text + "': dtype=" + value + " (known: float, double)");
-            c.dtype = value == "float" ? Dtype::Float : Dtype::Double;
+            c.dtype = dtype_from_string(value, "config string '" + text + "'");
         } else if (key == "values") c.values = checked(value, "values");
         else if (key == "logit_std") c.logit_std = parse_double(text, key, value);
         else if (key == "seed") c.seed = parse_int<std::uint64_t>(text, key, value, 16);
@@ -170,8 +217,9 @@ CaseConfig parse_config(const std::string& text) {
     for (const char* required : {"B", "H", "Tq", "Tk", "Dk", "Dv", "mask", "dtype", "impl"})
         if (!seen.count(required)) throw ConfigError("config string '" + text + "': field " + required + " is missing");
     if (!kv_given) c.kv_heads = c.H;
-    // A float case's scale is written as the shortest float: read it back as that float.
-    if (c.scale && c.dtype == Dtype::Float) {
+    // A float case's scale (and a 16-bit one's, which scales in float) is written as the shortest float: read it
+    // back as that float.
+    if (c.scale && scale_is_float(c.dtype)) {
         const double f = static_cast<double>(static_cast<float>(*c.scale));
         for (const auto& [key, value] : fields)
             if (key == "scale" && format_number(f, Dtype::Float) == value) c.scale = f;

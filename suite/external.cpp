@@ -200,6 +200,9 @@ Implementation external_implementation(std::shared_ptr<KernelProcess> kernel, co
     impl.returns_weights = info.weights;
     if (!(info.dtypes & ATTN_KERNEL_FLOAT32)) impl.dtype_unsupported[Dtype::Float] = unsupported_dtype<float>();
     if (!(info.dtypes & ATTN_KERNEL_FLOAT64)) impl.dtype_unsupported[Dtype::Double] = unsupported_dtype<double>();
+    // ABI version 1 passes float32 and float64 tensors only; its 16-bit flags are reserved.
+    for (const Dtype d : {Dtype::Float16, Dtype::BFloat16})
+        impl.dtype_unsupported[d] = std::string(to_string(d)) + " (kernel ABI version 1 has no 16-bit tensors yet)";
     impl.run_float = [kernel](TensorView<const float> q, TensorView<const float> k, TensorView<const float> v,
                               std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
         return run_external<float>(*kernel, q, k, v, m, o);

@@ -9,7 +9,7 @@
 
 namespace attn::suite::gen {
 
-double round_to(Dtype dtype, double x) { return dtype == Dtype::Float ? static_cast<double>(static_cast<float>(x)) : x; }
+double round_to(Dtype dtype, double x) { return round_to_dtype(dtype, x); }
 
 const char* to_string(Values values) {
     switch (values) {
@@ -27,26 +27,43 @@ const char* to_string(Values values) {
 
 namespace {
 
-// Smallest subnormal exponent and largest finite value of the dtype.
-int min_subnormal_exp(Dtype d) { return d == Dtype::Float ? -149 : -1074; }
-int min_normal_exp(Dtype d) { return d == Dtype::Float ? -126 : -1022; }
-double max_finite(Dtype d) {
-    return d == Dtype::Float ? static_cast<double>(std::numeric_limits<float>::max()) : std::numeric_limits<double>::max();
+// The dtype's binary format: smallest subnormal and normal exponents, stored significand bits, largest finite value,
+// machine epsilon.
+struct Format {
+    int min_subnormal_exp, min_normal_exp, mantissa_bits;
+    double max, eps;
+};
+template <class T>
+Format format_of() {
+    using L = std::numeric_limits<T>;
+    return {L::min_exponent - L::digits, L::min_exponent - 1, L::digits - 1, static_cast<double>(L::max()),
+            static_cast<double>(L::epsilon())};
 }
-double epsilon(Dtype d) {
-    return d == Dtype::Float ? static_cast<double>(std::numeric_limits<float>::epsilon()) : std::numeric_limits<double>::epsilon();
+Format format(Dtype d) {
+    switch (d) {
+        case Dtype::Float: return format_of<float>();
+        case Dtype::Double: return format_of<double>();
+        case Dtype::Float16: return format_of<float16>();
+        case Dtype::BFloat16: return format_of<bfloat16>();
+    }
+    return format_of<double>();
 }
-// log of the largest finite value: exp overflows beyond it.
-double log_max(Dtype d) { return std::log(max_finite(d)); }
+int min_subnormal_exp(Dtype d) { return format(d).min_subnormal_exp; }
+int min_normal_exp(Dtype d) { return format(d).min_normal_exp; }
+double max_finite(Dtype d) { return format(d).max; }
+double epsilon(Dtype d) { return format(d).eps; }
 
 double random_subnormal(Dtype d, Rng& rng) {
-    const int mantissa_bits = d == Dtype::Float ? 23 : 52;
+    const int mantissa_bits = format(d).mantissa_bits;
     const double m = static_cast<double>(1 + rng.below((std::uint64_t{1} << mantissa_bits) - 1));
     const double x = std::ldexp(m, min_subnormal_exp(d));
     return rng.below(2) ? -x : x;
 }
 
 }  // namespace
+
+double min_normal(Dtype d) { return std::ldexp(1.0, min_normal_exp(d)); }
+double log_max(Dtype d) { return std::log(max_finite(scale_is_float(d) ? Dtype::Float : d)); }
 
 rc::Gen<double> special_value(Dtype dtype) {
     const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
@@ -98,15 +115,18 @@ void fill_values(SdpaCase& c, Values values, std::uint64_t seed) {
             break;
         }
         case Values::Huge: {
-            // Magnitudes 1e2..1e8: logits far beyond exp's range, weights one-hot, products still finite.
-            const double m = std::pow(10.0, rng.uniform(2, 8));
+            // Magnitudes 1e2..1e8 (float16: ..2e3, below its 65504): logits far beyond exp's range, weights one-hot,
+            // products still finite.
+            const double m = std::pow(10.0, rng.uniform(2, std::min(8.0, std::log10(max_finite(d)) - 1.5)));
             const auto h = [&] { return m * rng.normal(); };
             each(c.q, h), each(c.k, h), each(c.v, h);
             break;
         }
         case Values::Tiny: {
-            // 1e-5..1e-18 (float) or ..1e-150 (double): q k^T products fall into or below the subnormal range.
-            const double m = std::pow(10.0, -rng.uniform(5, d == Dtype::Float ? 18 : 150));
+            // 1e-5..1e-18 (float, bfloat16) or ..1e-150 (double): q k^T products fall into or below the subnormal
+            // range. float16 1e-2..1e-7: its own subnormals (below 6.1e-5), as its products cannot reach float's.
+            const double m = d == Dtype::Float16 ? std::pow(10.0, -rng.uniform(2, 7))
+                                                 : std::pow(10.0, -rng.uniform(5, d == Dtype::Double ? 150 : 18));
             const auto t = [&] { return m * rng.normal(); };
             each(c.q, t), each(c.k, t), each(c.v, t);
             break;

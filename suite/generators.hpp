@@ -52,6 +52,10 @@ void fill_values(SdpaCase& c, Values values, std::uint64_t seed);
 
 // Rounds x to the case's dtype (float cases hold only float values).
 double round_to(Dtype dtype, double x);
+// The dtype's smallest normal value (its inputs below it are subnormal), and the log of the largest finite value of
+// the type it computes in (float for the 16-bit types): exp overflows beyond it.
+double min_normal(Dtype dtype);
+double log_max(Dtype dtype);
 
 // A fresh random allowed mask of `shape` with density `density`, every row (last dim) non-empty.
 Tensor<bool> random_allowed_mask(const Shape& shape, double density, Rng& rng);

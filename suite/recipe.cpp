@@ -37,8 +37,7 @@ Tensor<double> filled(Dtype dtype, Shape shape, F&& draw) {
 void draw_values(SdpaCase& c, Rng& rng) {
     const Dtype d = c.dtype;
     const Shape q_shape{c.B, c.H, c.Tq, c.Dk}, k_shape{c.B, c.kv_heads, c.Tk, c.Dk}, v_shape{c.B, c.kv_heads, c.Tk, c.Dv};
-    const double tiny = d == Dtype::Float ? static_cast<double>(std::numeric_limits<float>::min())
-                                          : std::numeric_limits<double>::min();  // smallest normal of the dtype
+    const double tiny = gen::min_normal(d);  // smallest normal of the dtype
     const auto normal = [&] { return recipe_normal(rng); };
     const auto signed_binades = [&](double lo, double hi) {
         return (coin(rng) ? -1.0 : 1.0) * std::exp2(lo + (hi - lo) * rng.uniform());

@@ -23,24 +23,31 @@ Implementation flash_decoding();  // kernels/flash_decoding.cpp
 namespace {
 
 // A library backend selected through SdpaOptions::backend.
+// The library's SDPA in T with `adjust` applied to the options (the backend, block sizes).
+template <class T, class Adjust>
+SdpaFunction<T> library_sdpa(Adjust adjust) {
+    return [adjust](TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+                    std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
+        return scaled_dot_product_attention(q, k, v, m, adjust(o));
+    };
+}
+
+// A library backend selected through SdpaOptions::backend, in every dtype; `adjust` changes the options further.
 Implementation library_backend(const std::string& name, const std::string& description, Backend backend,
-                               oracle::ErrorModel model) {
+                               oracle::ErrorModel model,
+                               std::function<SdpaOptions(SdpaOptions)> adjust = [](SdpaOptions o) { return o; }) {
     Implementation impl;
     impl.name = name;
     impl.description = description;
     impl.error_model = std::move(model);
-    impl.run_float = [backend](TensorView<const float> q, TensorView<const float> k, TensorView<const float> v,
-                               std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
-        SdpaOptions options = o;
-        options.backend = backend;
-        return scaled_dot_product_attention(q, k, v, m, options);
+    const auto options = [backend, adjust](SdpaOptions o) {
+        o.backend = backend;
+        return adjust(o);
     };
-    impl.run_double = [backend](TensorView<const double> q, TensorView<const double> k, TensorView<const double> v,
-                                std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
-        SdpaOptions options = o;
-        options.backend = backend;
-        return scaled_dot_product_attention(q, k, v, m, options);
-    };
+    impl.run_float = library_sdpa<float>(options);
+    impl.run_double = library_sdpa<double>(options);
+    impl.run_float16 = library_sdpa<float16>(options);
+    impl.run_bfloat16 = library_sdpa<bfloat16>(options);
     return impl;
 }
 
@@ -77,26 +84,15 @@ std::vector<Implementation> build() {
     // The same kernel with blocks of 3 queries and 5 keys: every step between blocks (rescaling, the blocks' partial
     // sums, a causal row ending inside a block) at the sizes the properties use, with blocks that divide neither
     // Tq nor Tk as a rule.
-    {
-        Implementation small = library_backend("tiled_small_blocks",
-                                               "the library's tiled backend with query blocks of 3 and key blocks of 5",
-                                               Backend::Tiled, oracle::library_tiled_model(5));
-        small.returns_weights = false;
-        const auto run_float = small.run_float;
-        const auto run_double = small.run_double;
-        const auto blocks = [](SdpaOptions o) {  // unless the call sets its own (a bad one is then refused)
-            if (o.tiled_query_block == 0) o.tiled_query_block = 3;
-            if (o.tiled_key_block == 0) o.tiled_key_block = 5;
-            return o;
-        };
-        small.run_float = [run_float, blocks](TensorView<const float> q, TensorView<const float> k,
-                                              TensorView<const float> v, std::optional<TensorView<const bool>> m,
-                                              const SdpaOptions& o) { return run_float(q, k, v, m, blocks(o)); };
-        small.run_double = [run_double, blocks](TensorView<const double> q, TensorView<const double> k,
-                                                TensorView<const double> v, std::optional<TensorView<const bool>> m,
-                                                const SdpaOptions& o) { return run_double(q, k, v, m, blocks(o)); };
-        all.push_back(std::move(small));
-    }
+    all.push_back(library_backend("tiled_small_blocks",
+                                  "the library's tiled backend with query blocks of 3 and key blocks of 5",
+                                  Backend::Tiled, oracle::library_tiled_model(5), [](SdpaOptions o) {
+                                      // unless the call sets its own (a bad one is then refused)
+                                      if (o.tiled_query_block == 0) o.tiled_query_block = 3;
+                                      if (o.tiled_key_block == 0) o.tiled_key_block = 5;
+                                      return o;
+                                  }));
+    all.back().returns_weights = false;
     Implementation mha;
     mha.name = "mha";
     mha.description = "SDPA inputs through MultiHeadAttention's head split, SDPA core and head merge (mha_sdpa_path)";
@@ -110,6 +106,15 @@ std::vector<Implementation> build() {
         all.push_back(std::move(k));
     }
     for (Implementation& m : mutant::all()) all.push_back(std::move(m));
+    for (Implementation& m : mutant::sixteen_bit()) all.push_back(std::move(m));
+    // What has no path in a dtype says so, and runs skip that dtype.
+    for (Implementation& i : all)
+        for (const Dtype d : all_dtypes()) {
+            const bool has = d == Dtype::Float ? bool(i.run_float) : d == Dtype::Double ? bool(i.run_double)
+                             : d == Dtype::Float16 ? bool(i.run_float16) : bool(i.run_bfloat16);
+            if (!has && !i.dtype_unsupported.count(d))
+                i.dtype_unsupported[d] = std::string(to_string(d)) + " (" + i.name + " has no " + to_string(d) + " path)";
+        }
     return all;
 }
 

@@ -56,13 +56,11 @@ std::set<Regime> classify(const SdpaCase& c) {
         const Index rank = c.allowed_mask->rank();
         r.insert(rank == 2 ? Regime::MaskRank2 : rank == 3 ? Regime::MaskRank3 : Regime::MaskRank4);
     }
-    const double min_normal = c.dtype == Dtype::Float ? static_cast<double>(std::numeric_limits<float>::min())
-                                                      : std::numeric_limits<double>::min();
+    const double min_normal = gen::min_normal(c.dtype);
     for (const Tensor<double>* t : {&c.q, &c.k, &c.v})
         for (Index x = 0; x < t->numel(); ++x)
             if ((*t)[x] != 0 && std::abs((*t)[x]) < min_normal) r.insert(Regime::Subnormal);
-    const long double log_max = c.dtype == Dtype::Float ? std::log(static_cast<long double>(std::numeric_limits<float>::max()))
-                                                        : std::log(static_cast<long double>(std::numeric_limits<double>::max()));
+    const long double log_max = gen::log_max(c.dtype);
     try {
         const CaseInputs<double> in = make_inputs<double>(c);
         const SdpaProblem<double> p =
@@ -326,7 +324,8 @@ std::vector<MutantRow> mutant_table(const RunSettings& settings, std::ostream* p
         row.description = m->description;
         for (const Property& p : properties()) {
             if (!p.applies(*m)) continue;
-            for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
+            for (Dtype dtype : all_dtypes()) {
+                if (m->dtype_unsupported.count(dtype)) continue;
                 const RunOutcome o = run_property(p, *m, dtype, quick);
                 row.cases += o.cases;
                 row.seconds += o.seconds;

@@ -27,7 +27,13 @@ double tightness(const Implementation& impl, const SdpaCase& c, std::string* sum
 }
 
 double measure(const Implementation& impl, const SdpaCase& c, std::string* summary) {
-    return c.dtype == Dtype::Float ? tightness<float>(impl, c, summary) : tightness<double>(impl, c, summary);
+    switch (c.dtype) {
+        case Dtype::Float: return tightness<float>(impl, c, summary);
+        case Dtype::Float16: return tightness<float16>(impl, c, summary);
+        case Dtype::BFloat16: return tightness<bfloat16>(impl, c, summary);
+        case Dtype::Double: break;
+    }
+    return tightness<double>(impl, c, summary);
 }
 
 // One random local change of the inputs (values stay exactly representable in the dtype).
@@ -54,7 +60,7 @@ SdpaCase mutate(const SdpaCase& c, Rng& rng) {
             const bool nudge = rng.below(2);
             for (Index x = 0; x < c.Dk; ++x) {
                 double y = m.k[from * c.Dk + x];
-                if (nudge) y = c.dtype == Dtype::Float ? std::nextafter(static_cast<float>(y), 1e30f) : std::nextafter(y, 1e300);
+                if (nudge && std::isfinite(y)) y = next_up_in(c.dtype, y);
                 m.k[to * c.Dk + x] = y;
             }
             break;

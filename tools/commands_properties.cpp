@@ -120,7 +120,10 @@ int run_properties(const Args& args, suite::RunSettings settings) {
                 }
                 continue;
             }
-            for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
+            for (Dtype dtype : all_dtypes()) {
+                // The suite's own implementations without a path in a dtype (the module's 16-bit) are not run there;
+                // an external kernel is told what it was skipped on.
+                if (impl->kernel_path.empty() && impl->dtype_unsupported.count(dtype)) continue;
                 RunSettings s = settings;
                 // A mutant failing is no regression: its case goes to the build directory. An external kernel's
                 // failures are its own: they go where its user asked (attn's corpus is attn's).
@@ -179,7 +182,8 @@ int run_search(const Args& args) {
     std::printf("| implementation | dtype | worst error/bound | evaluations | seconds | worst case |\n|---|---|---:|---:|---:|---|\n");
     int violations = 0;
     for (const Implementation* impl : selected(args))
-        for (Dtype dtype : {Dtype::Float, Dtype::Double}) {
+        for (Dtype dtype : all_dtypes()) {
+            if (impl->dtype_unsupported.count(dtype)) continue;
             const SearchResult r = targeted_search(*impl, dtype, args.restarts, args.steps, args.seed);
             violations += r.tightness > 1;
             std::printf("| %s | %s | %.3g | %d | %.1f | %s |\n", impl->name.c_str(), to_string(dtype), r.tightness,

@@ -85,15 +85,16 @@ void check_scale_and_threads(const std::string& function, std::optional<double> 
         std::snprintf(buf, sizeof buf, "%.9g", x);
         return std::string(buf);
     };
+    // T is the type the logits are scaled in: the inputs' dtype, or float for 16-bit storage.
+    const std::string type = std::string(sizeof(T) == 4 ? "float" : "double") + " (the type the logits are scaled in)";
     if (scale && (!std::isfinite(*scale) || !std::isfinite(static_cast<T>(*scale))))
-        throw ConfigError(function + ": scale must be finite in the input dtype, got " + text(*scale) + shapes);
+        throw ConfigError(function + ": scale must be finite in " + type + ", got " + text(*scale) + shapes);
     // A scale below the normal range rounds with an absolute, not a relative, error (1e-50 is 0 in float): the
     // logits would lose all accuracy and no error bound relative to the scale holds (oracle/BOUNDS.md section 2).
     constexpr double smallest = std::numeric_limits<T>::min();
     if (scale && *scale != 0 && !(std::fabs(static_cast<double>(static_cast<T>(*scale))) >= smallest))
-        throw ConfigError(function + ": scale " + text(*scale) + " is below the normal range of the input dtype (" +
-                          (sizeof(T) == 4 ? "float" : "double") + "): use 0 or a magnitude of at least " +
-                          text(smallest) + shapes);
+        throw ConfigError(function + ": scale " + text(*scale) + " is below the normal range of " + type +
+                          ": use 0 or a magnitude of at least " + text(smallest) + shapes);
     if (num_threads < 0)
         throw ConfigError(function + ": num_threads must be >= 0, got " + std::to_string(num_threads) + shapes);
 }

@@ -757,7 +757,7 @@ TEST_CASE("wrong input shapes, masks and options are errors naming the function 
     s.scale = 1e300;
     const Tensor<float> x({1, 3, 8});
     CHECK(error_message([&] { mf.forward_self(x, std::nullopt, s); })
-              .find("MultiHeadAttention::forward_self: scale must be finite in the input dtype") == 0);
+              .find("MultiHeadAttention::forward_self: scale must be finite in float (the type the logits are scaled in)") == 0);
     MhaOptions t;
     t.num_threads = -1;
     CHECK_THROWS_AS(m.forward(q, k, v, std::nullopt, t), ConfigError);

@@ -59,10 +59,9 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
                     keyword = "scale";
                     break;
                 case Corruption::SubnormalScale:
-                    options.scale = static_cast<double>(std::numeric_limits<T>::denorm_min()) * 3,
+                    options.scale = static_cast<double>(std::numeric_limits<compute_t<T>>::denorm_min()) * 3,
                     expected_kind = "ConfigError",
-                    keyword = sizeof(T) == 4 ? "below the normal range of the input dtype (float)"
-                                             : "below the normal range of the input dtype (double)";
+                    keyword = std::is_same_v<T, double> ? "below the normal range of double" : "below the normal range of float";
                     break;
                 case Corruption::NegativeBlock:
                     options.tiled_key_block = -1, expected_kind = "ConfigError", keyword = "tiled_key_block";

@@ -117,7 +117,7 @@ Property dropout_zeroes_or_rescales_each_weight_exactly() {
     p.applies = [](const Implementation& impl) { return impl.name == "mha"; };
     p.cost = 2;
     p.check = [](const Implementation&, const SdpaCase& c) -> Verdict {
-        return with_dtype(c.dtype, [&]<class T>() -> Verdict { return dropout_check<T>(c); });
+        return with_wide_dtype(c.dtype, [&]<class T>() -> Verdict { return dropout_check<T>(c); });
     };
     return p;
 }

@@ -60,7 +60,7 @@ Property heads_split_equals_separate_attention() {
             if (Verdict v = within_two_bounds(c, together, o.output_bound, separate, o.output_bound,
                                               "H heads together vs one by one"))
                 return v;
-            if (impl.name == "mha") {
+            if constexpr (!is_half_v<T>) if (impl.name == "mha") {  // the module has no 16-bit path
                 // 4 E^2 + 4 E parameters for every H dividing E (the projections are split, not duplicated).
                 const Index E = 12;
                 for (Index H : {1, 2, 3, 4, 6, 12}) {

@@ -238,7 +238,7 @@ Property module_matches_oracle_within_bound() {
     p.applies = [](const Implementation& impl) { return impl.name == "mha"; };
     p.cost = 3;
     p.check = [](const Implementation&, const SdpaCase& c) -> Verdict {
-        return with_dtype(c.dtype, [&]<class T>() -> Verdict { return module_check<T>(c); });
+        return with_wide_dtype(c.dtype, [&]<class T>() -> Verdict { return module_check<T>(c); });
     };
     return p;
 }

@@ -17,8 +17,7 @@ Property softmax_shift_invariance() {
         // a few times log(max finite), beyond exp's overflow threshold.
         Rng rng(c.aux_seed);
         const double scale = c.options.scale ? *c.options.scale : 1.0 / std::sqrt(static_cast<double>(c.Dk));
-        const double log_max = c.dtype == Dtype::Float ? std::log(static_cast<double>(std::numeric_limits<float>::max()))
-                                                       : std::log(std::numeric_limits<double>::max());
+        const double log_max = gen::log_max(c.dtype);
         SdpaCase s = c;
         s.Dk = c.Dk + 1;
         s.options.scale = scale;

@@ -148,5 +148,7 @@ Implementation make_mutant(const std::string& name, const std::string& descripti
 
 // Every mutant (one file each under suite/mutants/).
 std::vector<Implementation> all();
+// The low-precision mistakes, on 16-bit storage only (suite/mutants/sixteen_bit.cpp).
+std::vector<Implementation> sixteen_bit();
 
 }  // namespace attn::suite::mutant

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,9 +29,31 @@
 
 namespace attn::suite {
 
-enum class Dtype { Float, Double };
-const char* to_string(Dtype dtype);  // "float", "double"
+// The element type of a case: float32, float64, or a 16-bit storage type (attn/half.hpp) computed in float32.
+enum class Dtype { Float, Double, Float16, BFloat16 };
+const char* to_string(Dtype dtype);  // "float", "double", "float16", "bfloat16"
 using attn::to_string;
+// The dtype of a name to_string gives; ConfigError naming `context` and the known names otherwise.
+Dtype dtype_from_string(const std::string& name, const std::string& context);
+// Every dtype, in the order runs and tables go through them.
+const std::vector<Dtype>& all_dtypes();
+// x rounded to nearest in the dtype (ties to even; the 16-bit types gradual below their normal range).
+double round_to_dtype(Dtype dtype, double x);
+// The next value of the dtype above x (x a finite value of it).
+double next_up_in(Dtype dtype, double x);
+// The type a case of this dtype scales its logits in (float for the 16-bit types): a scale is a value of it.
+inline bool scale_is_float(Dtype dtype) { return dtype != Dtype::Double; }
+
+template <class T>
+constexpr Dtype dtype_of() {
+    if constexpr (std::is_same_v<T, float>) return Dtype::Float;
+    else if constexpr (std::is_same_v<T, double>) return Dtype::Double;
+    else if constexpr (std::is_same_v<T, float16>) return Dtype::Float16;
+    else {
+        static_assert(std::is_same_v<T, bfloat16>, "a case's dtype is float, double, float16 or bfloat16");
+        return Dtype::BFloat16;
+    }
+}
 
 struct CaseConfig {
     std::string op = "sdpa";

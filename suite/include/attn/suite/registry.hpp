@@ -43,12 +43,24 @@ struct Implementation {
     std::string replay_template;
     SdpaFunction<float> run_float;
     SdpaFunction<double> run_double;
+    // 16-bit storage (attn/half.hpp); empty where the implementation has no such path (dtype_unsupported says so).
+    SdpaFunction<float16> run_float16;
+    SdpaFunction<bfloat16> run_bfloat16;
 
+    template <class T>
+    const SdpaFunction<T>& function() const {
+        if constexpr (std::is_same_v<T, float>) return run_float;
+        else if constexpr (std::is_same_v<T, double>) return run_double;
+        else if constexpr (std::is_same_v<T, float16>) return run_float16;
+        else return run_bfloat16;
+    }
+    // Unsupported when it has no function for T.
     template <class T>
     SdpaResult<T> run(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                       std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) const {
-        if constexpr (std::is_same_v<T, float>) return run_float(q, k, v, allowed_mask, options);
-        else return run_double(q, k, v, allowed_mask, options);
+        const SdpaFunction<T>& f = function<T>();
+        if (!f) throw Unsupported(name + " has no " + to_string(dtype_of<T>()) + " path");
+        return f(q, k, v, allowed_mask, options);
     }
 };
 
