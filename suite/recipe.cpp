@@ -42,8 +42,10 @@ void draw_values(SdpaCase& c, Rng& rng) {
     const auto signed_binades = [&](double lo, double hi) {
         return (coin(rng) ? -1.0 : 1.0) * std::exp2(lo + (hi - lo) * rng.uniform());
     };
-    // 2^-1 .. 2^-24 below the smallest normal: subnormal (a few round to zero, also a case worth having).
-    const auto subnormal = [&] { return recipe_normal(rng) * tiny * std::exp2(-1.0 - 23.0 * rng.uniform()); };
+    // 2^-1 .. 2^-24 below the smallest normal: subnormal (a few round to zero, also a case worth having). The 16-bit
+    // types have fewer subnormal binades (10 and 7): theirs.
+    const double sub_binades = d == Dtype::Float16 ? 10.0 : d == Dtype::BFloat16 ? 7.0 : 23.0;
+    const auto subnormal = [&] { return recipe_normal(rng) * tiny * std::exp2(-1.0 - sub_binades * rng.uniform()); };
     const std::string& values = c.distribution;
     if (values == "normal") {
         c.q = filled(d, q_shape, normal);
@@ -74,7 +76,9 @@ void draw_values(SdpaCase& c, Rng& rng) {
         // output an exact copy of a value row); forty binades in v.
         c.q = filled(d, q_shape, [&] { return signed_binades(-3, 1); });
         c.k = filled(d, k_shape, [&] { return signed_binades(-3, 1); });
-        c.v = filled(d, v_shape, [&] { return signed_binades(-20, 20); });
+        // float16 (largest finite 65504) takes the same forty binades 5 lower: 2^-25 .. 2^15.
+        const double v_scale = d == Dtype::Float16 ? 0x1p-5 : 1.0;
+        c.v = filled(d, v_shape, [&] { return v_scale * signed_binades(-20, 20); });
     } else if (values == "subnormal") {
         const auto mixed = [&] { return rng.uniform() < 0.25 ? subnormal() : recipe_normal(rng); };
         c.q = filled(d, q_shape, mixed);

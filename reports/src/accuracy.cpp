@@ -141,7 +141,13 @@ E enum_from_string(const std::string& s, std::initializer_list<E> all, const cha
 }  // namespace
 
 std::vector<Row> measure(const std::vector<const suite::Implementation*>& impls, const Case& grid_case, Dtype dtype) {
-    return dtype == Dtype::Float ? measure_t<float>(impls, grid_case, dtype) : measure_t<double>(impls, grid_case, dtype);
+    switch (dtype) {
+        case Dtype::Float: return measure_t<float>(impls, grid_case, dtype);
+        case Dtype::Float16: return measure_t<float16>(impls, grid_case, dtype);
+        case Dtype::BFloat16: return measure_t<bfloat16>(impls, grid_case, dtype);
+        case Dtype::Double: break;
+    }
+    return measure_t<double>(impls, grid_case, dtype);
 }
 
 std::vector<Summary> summarize(const std::vector<Row>& rows) {
@@ -234,7 +240,8 @@ Row row_from_json(const nlohmann::json& j) {
         Row row;
         row.config = field("config").get<std::string>();
         row.impl = field("impl").get<std::string>();
-        row.dtype = enum_from_string(field("dtype").get<std::string>(), {Dtype::Float, Dtype::Double}, "dtype");
+        row.dtype = enum_from_string(field("dtype").get<std::string>(),
+                                     {Dtype::Float, Dtype::Double, Dtype::Float16, Dtype::BFloat16}, "dtype");
         Case& c = row.grid_case;
         c.sweep = field("sweep").get<std::string>();
         c.B = field("B").get<Index>();

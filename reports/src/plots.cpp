@@ -95,10 +95,27 @@ bool run_gnuplot(const fs::path& script, std::string& problem) {
     return false;
 }
 
-const char* colour(Dtype dtype) { return dtype == Dtype::Float ? "#1f77b4" : "#d62728"; }
+const char* colour(Dtype dtype) {
+    switch (dtype) {
+        case Dtype::Float: return "#1f77b4";     // blue
+        case Dtype::Double: return "#d62728";    // red
+        case Dtype::Float16: return "#2ca02c";   // green
+        case Dtype::BFloat16: return "#ff7f0e";  // orange
+    }
+    return "#000000";
+}
 
-// Unit roundoff u of the dtype: 2^-24 for float, 2^-53 for double.
-double unit_roundoff(Dtype dtype) { return dtype == Dtype::Float ? 0x1.0p-24 : 0x1.0p-53; }
+// Unit roundoff u of the dtype: 2^-24 for float, 2^-53 for double, 2^-11 for float16, 2^-8 for bfloat16 (the 16-bit
+// types' results are rounded to them, which dominates their error).
+double unit_roundoff(Dtype dtype) {
+    switch (dtype) {
+        case Dtype::Float: return 0x1.0p-24;
+        case Dtype::Double: return 0x1.0p-53;
+        case Dtype::Float16: return 0x1.0p-11;
+        case Dtype::BFloat16: return 0x1.0p-8;
+    }
+    return 0x1.0p-53;
+}
 
 // One implementation's rows of one sweep as a three-panel plot (ulps, relative error, tightness); nothing when it
 // has no rows there.
