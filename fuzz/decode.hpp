@@ -66,6 +66,28 @@ template <>
 struct Bits<double> {
     using type = std::uint64_t;
 };
+template <>
+struct Bits<float16> {
+    using type = std::uint16_t;
+};
+template <>
+struct Bits<bfloat16> {
+    using type = std::uint16_t;
+};
+
+// "float", "double", "float16", "bfloat16": the dtype in a target's config line.
+template <class T>
+constexpr const char* dtype_name() {
+    if constexpr (std::is_same_v<T, float>) return "float";
+    else if constexpr (std::is_same_v<T, double>) return "double";
+    else if constexpr (std::is_same_v<T, float16>) return "float16";
+    else return "bfloat16";
+}
+
+// Which 16-bit storage type a float case runs in instead, from three bits of its profile byte that no target gives
+// another meaning (7: float16, 6: bfloat16, else float itself): a quarter of the float inputs, chosen before the
+// values are read so that the bytes mean the same thing whatever the type. 0: float.
+inline int sixteen_bit_choice(unsigned three_bits) { return three_bits == 7 ? 16 : three_bits == 6 ? 8 : 0; }
 
 template <class T>
 T from_bits(typename Bits<T>::type bits) {
@@ -93,8 +115,9 @@ public:
         switch (kind) {
             case 0:
             case 1:
-            case 2:  // small multiples of 1/8 in [-2, 1.875]: exact in both dtypes, so ties are exact ties
-                x = static_cast<T>(static_cast<int>(low) - 16) / T(8);
+            case 2:  // small multiples of 1/8 in [-2, 1.875]: exact in every dtype, so ties are exact ties
+                if constexpr (is_half_v<T>) x = static_cast<T>((static_cast<int>(low) - 16) / 8.0);
+                else x = static_cast<T>(static_cast<int>(low) - 16) / T(8);
                 break;
             case 4:
                 x = profile_.wide ? wide_value(low) : fraction();
@@ -127,6 +150,27 @@ private:
     }
     static T special(unsigned low) {
         using L = std::numeric_limits<T>;
+        if constexpr (is_half_v<T>) {  // the same table, computed in double (the types only store)
+            const double max = static_cast<float>(L::max()), min = static_cast<float>(L::min());
+            switch (low & 15u) {
+                case 0: return L::quiet_NaN();
+                case 1: return T(-std::numeric_limits<double>::quiet_NaN());
+                case 2: return L::infinity();
+                case 3: return T(-std::numeric_limits<double>::infinity());
+                case 4: return L::denorm_min();
+                case 5: return T(-static_cast<double>(static_cast<float>(L::denorm_min())));
+                case 6: return L::min();
+                case 7: return L::max();
+                case 8: return L::lowest();
+                case 9: return T(-0.0);
+                case 10: return T(0.0);
+                case 11: return L::epsilon();
+                case 12: return T(std::sqrt(max));
+                case 13: return T(-std::sqrt(max));
+                case 14: return T(min / 3);
+                default: return L::signaling_NaN();
+            }
+        } else {
         switch (low & 15u) {
             case 0: return L::quiet_NaN();
             case 1: return -L::quiet_NaN();
@@ -144,6 +188,7 @@ private:
             case 13: return -std::sqrt(L::max());
             case 14: return L::min() / T(3);  // a subnormal
             default: return L::signaling_NaN();
+        }
         }
     }
 
@@ -560,9 +605,11 @@ ReadSummary summarise_reads(const AllowedModel& m, const TensorView<const T>& q,
 // Whether finite inputs may legitimately overflow in dtype T: a logit scale * q.k (or the unscaled dot product a
 // gemm may form first) or a value reaches a quarter of T's max. Below that, a convex combination of the values and
 // a sum of Dk products with |.| < max/4 stay finite in any summation order (relative rounding error <= Dk u < 1).
+// 16-bit storage computes in float, and its results cannot overflow when rounded (a convex combination of 16-bit
+// values): float's limit is the one.
 template <class T>
 bool overflow_possible(const ReadSummary& s, double scale) {
-    const long double limit = static_cast<long double>(std::numeric_limits<T>::max()) / 4;
+    const long double limit = static_cast<long double>(std::numeric_limits<compute_t<T>>::max()) / 4;
     const long double logit = s.max_abs_dot * std::max<long double>(1, std::fabs(static_cast<long double>(scale)));
     return logit >= limit || s.max_abs_v >= limit;
 }

@@ -44,7 +44,7 @@ void run(FuzzedDataProvider& in) {
         mask = make_mask(in, spec, spec.shape);
         allowed_mask = mask->view;
     }
-    current_config() = std::string("backends(dtype=") + (std::is_same_v<T, float> ? "float" : "double") + "," +
+    current_config() = std::string("backends(dtype=") + dtype_name<T>() + "," +
                        dims.describe() + ",q=" + to_string(qs) + ql.describe() + ",k=" + to_string(ks) +
                        kl.describe() + ",v=" + to_string(vs) + vl.describe() + ",mask=" + kind_name(spec.kind) +
                        (mask ? to_string(spec.shape) : std::string()) + "," + describe(options) + ",values=" +
@@ -79,6 +79,7 @@ void run(FuzzedDataProvider& in) {
                              (ks[1] == 1 || ks[1] == qs[1]) && (!mask || spec.shape.size() <= 4);
     for (const suite::Implementation* impl : candidates) {
         if (impl->name == "mha" && !head_layout) continue;
+        if (!candidate_implementation() && impl->dtype_unsupported.count(suite::dtype_of<T>())) continue;  // no path
         // tiled never forms weights (asking it for them is a ConfigError, covered by the unit tests), nor does any
         // implementation registered without them: compare outputs.
         SdpaOptions impl_options = options;
@@ -131,8 +132,21 @@ void run(FuzzedDataProvider& in) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     FuzzedDataProvider in(data, size);
     try {
-        if (in.ConsumeBool()) attn::fuzz::run<double>(in);
-        else attn::fuzz::run<float>(in);
+        if (in.ConsumeBool()) {
+            attn::fuzz::run<double>(in);
+        } else {
+            // The profile byte decides float or a 16-bit type (decode.hpp): read ahead on a second reader of the same bytes, as run decodes.
+            FuzzedDataProvider ahead(data, size);
+            (void)ahead.ConsumeBool();
+            const attn::fuzz::Dims dims = attn::fuzz::Dims::decode(ahead, 6, 6);
+            if (ahead.ConsumeIntegral<std::uint8_t>() >= 200) (void)ahead.ConsumeIntegralInRange<attn::Index>(0, 300);
+            (void)dims;
+            switch (attn::fuzz::sixteen_bit_choice((ahead.ConsumeIntegral<std::uint8_t>() >> 3) & 7u)) {
+                case 16: attn::fuzz::run<attn::float16>(in); break;
+                case 8: attn::fuzz::run<attn::bfloat16>(in); break;
+                default: attn::fuzz::run<float>(in); break;
+            }
+        }
     } catch (const attn::fuzz::SkipInput&) {
         return -1;  // the candidate does not support this input: keep it out of the corpus
     }

@@ -89,7 +89,7 @@ void run(FuzzedDataProvider& in) {
         mask = make_mask(in, mask_spec, mask_spec.shape);
         allowed_mask = mask->view;
     }
-    current_config() = std::string("sdpa(dtype=") + (std::is_same_v<T, float> ? "float" : "double") + "," +
+    current_config() = std::string("sdpa(dtype=") + dtype_name<T>() + "," +
                        dims.describe() + ",q=" + to_string(qs) + ql.describe() + ",k=" + to_string(ks) +
                        kl.describe() + ",v=" + to_string(vs) + vl.describe() + ",mask=" + kind_name(mask_spec.kind) +
                        (mask ? to_string(mask_spec.shape) + mask_spec.layout.describe() : std::string()) + "," +
@@ -117,10 +117,12 @@ void run(FuzzedDataProvider& in) {
                 expect = Expect::ShapeError;
         }
     }
-    // The scale must be finite in T, and 0 or normal once rounded to T (a subnormal scale rounds absolutely).
+    // The scale must be finite in the type the logits are scaled in (T, float for 16-bit storage), and 0 or normal
+    // once rounded to it (a subnormal scale rounds absolutely).
+    using C = compute_t<T>;
     if (expect == Expect::Success && options.scale &&
-        (!std::isfinite(*options.scale) || !std::isfinite(static_cast<T>(*options.scale)) ||
-         (*options.scale != 0 && std::fabs(static_cast<T>(*options.scale)) < std::numeric_limits<T>::min())))
+        (!std::isfinite(*options.scale) || !std::isfinite(static_cast<C>(*options.scale)) ||
+         (*options.scale != 0 && std::fabs(static_cast<C>(*options.scale)) < std::numeric_limits<C>::min())))
         expect = Expect::ConfigError;
     const double scale = options.scale ? *options.scale : dims.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(dims.Dk)) : 1.0;
     if (expect == Expect::Success) {
@@ -239,8 +241,19 @@ void run(FuzzedDataProvider& in) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     FuzzedDataProvider in(data, size);
     try {
-        if (in.ConsumeBool()) attn::fuzz::run<double>(in);
-        else attn::fuzz::run<float>(in);
+        if (in.ConsumeBool()) {
+            attn::fuzz::run<double>(in);
+        } else {
+            // The profile byte decides float or a 16-bit type (decode.hpp): read ahead on a second reader of the same bytes.
+            FuzzedDataProvider ahead(data, size);
+            (void)ahead.ConsumeBool();
+            (void)attn::fuzz::Dims::decode(ahead);
+            switch (attn::fuzz::sixteen_bit_choice((ahead.ConsumeIntegral<std::uint8_t>() >> 2) & 7u)) {
+                case 16: attn::fuzz::run<attn::float16>(in); break;
+                case 8: attn::fuzz::run<attn::bfloat16>(in); break;
+                default: attn::fuzz::run<float>(in); break;
+            }
+        }
     } catch (const attn::fuzz::SkipInput&) {
         return -1;  // the candidate does not support this input: keep it out of the corpus
     }
