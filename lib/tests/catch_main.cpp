@@ -20,8 +20,11 @@ int main(int argc, char** argv) {
         try {
             attn::force_simd_target(name);
         } catch (const attn::ConfigError&) {
-            std::cout << "skipped: this CPU cannot run SIMD target " << name << " (it runs "
-                      << attn::numerics_fingerprint().simd_supported << ")\n";
+            // simd_targets(), not the fingerprint: anything that dispatches would read ATTN_SIMD_TARGET again
+            // and throw outside this handler (seen on an AVX2-only CPU).
+            std::string runs;
+            for (const std::string& t : attn::simd_targets()) runs += (runs.empty() ? "" : " ") + t;
+            std::cout << "skipped: this CPU cannot run SIMD target " << name << " (it runs " << runs << ")\n";
             return 77;
         }
         std::cout << "tiled kernel on SIMD target " << attn::simd_target() << "\n";
