@@ -122,7 +122,7 @@ std::string render_html(const Document& doc, const std::string& report_dir) {
       << "th{background:#f0f0f0} tr:nth-child(even){background:#fafafa}\n"
       << "code{font-size:0.95em;background:#f4f4f4;padding:0 0.2em}\n"
       << "pre{background:#f4f4f4;padding:0.6em;overflow-x:auto}\n"
-      << ".plot{margin:1em 0} .plot svg{max-width:100%;height:auto}\n"
+      << ".plot{margin:1em 0} .plot object{width:100%;aspect-ratio:3/1}\n"
       << "nav a{margin-right:1em}\n</style>\n</head>\n<body>\n";
     o << "<h1>" << html_escape(doc.title) << "</h1>\n<nav>";
     for (const Section& s : doc.sections) o << "<a href=\"#" << anchor(s.title) << "\">" << html_escape(s.title) << "</a>";
@@ -134,17 +134,17 @@ std::string render_html(const Document& doc, const std::string& report_dir) {
                 case Block::Kind::Paragraph: o << "<p>" << html_inline(b.text) << "</p>\n"; break;
                 case Block::Kind::Code: o << "<pre>" << html_escape(b.text) << "</pre>\n"; break;
                 case Block::Kind::Plot: {
+                    // Linked, not inlined: the page stays small (the plots are most of the report's bytes) and an
+                    // <object> keeps the SVG's hover titles, which an <img> would drop.
                     std::ifstream in(report_dir + "/" + b.plot_path);
-                    std::ostringstream svg;
-                    svg << in.rdbuf();
-                    std::string text = svg.str();
-                    // The XML prolog is not allowed inside HTML; the <svg> element itself is.
-                    const auto start = text.find("<svg");
-                    if (!in || start == std::string::npos) {
+                    std::string head(256, '\0');
+                    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+                    if (head.find("<svg") == std::string::npos) {
                         o << "<p>(plot " << html_escape(b.plot_path) << " missing)</p>\n";
                     } else {
-                        o << "<div class=\"plot\" title=\"" << html_escape(b.text) << "\">" << text.substr(start)
-                          << "</div>\n";
+                        o << "<div class=\"plot\" title=\"" << html_escape(b.text) << "\"><object data=\""
+                          << html_escape(b.plot_path) << "\" type=\"image/svg+xml\">" << html_escape(b.text)
+                          << "</object></div>\n";
                     }
                     break;
                 }
