@@ -1,5 +1,6 @@
 // `attn oracle`, `attn check` and `attn oracle-sweep`: the high-precision oracle and its bound on .npy files,
 // a pass/fail check of anyone's output against that bound, and the oracle's self-check sweep.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -8,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "attn/attn.hpp"
 #include "attn/oracle/metrics.hpp"
@@ -206,6 +209,54 @@ void print_comparison(const char* what, const oracle::Comparison& c) {
                 c.worst_computed, c.worst_exact, c.worst_bound);
 }
 
+// The 16-bit rounding choices of the error model, fewest places rounded to the storage type first (ties: the
+// logits before P), from the ones the user asked for up: (logit roundings, P in storage).
+std::vector<std::pair<Index, bool>> storage_rounding_ladder(const ProblemArgs& args) {
+    std::vector<std::pair<Index, bool>> ladder;
+    for (int places = 0; places <= 3; ++places)
+        for (Index k = std::min<Index>(places, 2); k >= 0; --k) {
+            const bool p = places - k == 1;
+            if (places - k > 1 || k < args.logit_storage_roundings || (args.probabilities_in_storage && !p)) continue;
+            if (k == args.logit_storage_roundings && p == args.probabilities_in_storage) continue;  // the one asked
+            ladder.emplace_back(k, p);
+        }
+    return ladder;
+}
+
+std::string storage_flags(Index k, bool p) {
+    std::string flags = k ? "--logit-storage-roundings " + std::to_string(k) : "";
+    if (p) flags += std::string(flags.empty() ? "" : " ") + "--probabilities-in-storage";
+    return flags.empty() ? "(no 16-bit roundings)" : flags;
+}
+
+// Checks the candidate under each looser choice of the ladder (every other choice of the model as asked), prints
+// each verdict and names the first that fits; returns them as JSON. The exit status stays the verdict of the model
+// asked for: a looser model that fits says how the kernel may round, not that it is right.
+template <class T>
+nlohmann::json first_storage_model_that_fits(const CheckArgs& args, const Inputs& in, TensorView<const T> candidate,
+                                             std::optional<TensorView<const T>> weights) {
+    nlohmann::json tried = nlohmann::json::array();
+    std::optional<std::string> first;
+    std::printf("16-bit rounding models (the %s model otherwise as asked), fewest roundings to %s first:\n",
+                args.model.c_str(), npy::to_string(npy::dtype_of<T>()));
+    for (const auto& [k, p] : storage_rounding_ladder(args)) {
+        CheckArgs looser = args;
+        looser.logit_storage_roundings = k;
+        looser.probabilities_in_storage = p;
+        const oracle::Result<T> r = run_oracle<T>(looser, in);
+        const oracle::CheckVerdict v = oracle::check_candidate<T>(candidate, r, weights);
+        const double tightness = std::max(v.output.max_tightness, v.weights ? v.weights->max_tightness : 0.0);
+        std::printf("  %-55s %s (max error / bound %.3g)\n", storage_flags(k, p).c_str(), v.pass() ? "pass" : "FAIL",
+                    tightness);
+        tried.push_back({{"logit_storage_roundings", k}, {"probabilities_in_storage", p}, {"pass", v.pass()},
+                         {"max_error_over_bound", json_number(tightness)}});
+        if (v.pass() && !first) first = storage_flags(k, p);
+    }
+    if (first) std::printf("first model that fits: --model %s %s\n", args.model.c_str(), first->c_str());
+    else std::printf("no 16-bit rounding model fits: the error is not explained by where the kernel rounds\n");
+    return {{"tried", tried}, {"first_that_fits", first ? nlohmann::json(*first) : nlohmann::json(nullptr)}};
+}
+
 template <class T>
 int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candidate_file) {
     const oracle::Result<T> r = run_oracle<T>(args, in, true);
@@ -244,6 +295,10 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
     std::printf("  row statistic                       %.4g over %lld rows, threshold %.4g%s\n", rows.sum_squares,
                 static_cast<long long>(rows.rows), rows.threshold,
                 r.structured_rows ? (" (" + std::to_string(r.structured_rows) + " structured rows left out)").c_str() : "");
+    // A 16-bit candidate outside the bound: which places that round to the storage type would explain it.
+    std::optional<nlohmann::json> storage_models;
+    if constexpr (is_half_v<T>)
+        if (!pass) storage_models = first_storage_model_that_fits<T>(args, in, candidate.view(), weights_view);
     if (!args.json_path.empty()) {
         nlohmann::json report = {{"candidate", args.candidate_path},
                                  {"dtype", npy::to_string(npy::dtype_of<T>())},
@@ -263,6 +318,7 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                                    {"suspicious", rows.suspicious()}}},
                                  {"structured_rows", r.structured_rows}};
         if (verdict.statistical_weights) report["statistical"]["weights"] = to_json(*verdict.statistical_weights);
+        if (storage_models) report["storage_models"] = *storage_models;
         // Every choice the bound was computed for (oracle/BOUNDS.md section 6), so a verdict can be reproduced.
         const oracle::ErrorModel& m = r.model;
         report["error_model"] = {{"name", m.name},

@@ -129,6 +129,56 @@ TEMPLATE_TEST_CASE("attn check passes the library's output and names an element 
     CHECK(report["pass"] == false);
     CHECK(report["output"]["worst"]["index"] == nlohmann::json::array({1, 2, 1}));
     CHECK(report["output"]["over_bound"] == 1);
+
+    // A failing 16-bit candidate is checked again under the models that round in more places; the exit status stays
+    // the verdict of the model asked for. One element a step past the bound fits a looser model; one far off none.
+    if constexpr (is_half_v<T>) {
+        CHECK(bad.out.find("16-bit rounding models (the reference model otherwise as asked)") != std::string::npos);
+        const auto& ladder = report["storage_models"]["tried"];
+        REQUIRE(ladder.size() == 5);
+        CHECK(ladder[0]["logit_storage_roundings"] == 1);
+        CHECK(ladder[0]["probabilities_in_storage"] == false);
+        CHECK(ladder[4]["logit_storage_roundings"] == 2);
+        CHECK(ladder[4]["probabilities_in_storage"] == true);
+        std::string first;
+        for (const auto& m : ladder)
+            if (m["pass"] == true) {
+                first = (m["logit_storage_roundings"] == 0 ? std::string() : "--logit-storage-roundings " +
+                         std::to_string(m["logit_storage_roundings"].get<int>())) +
+                        (m["probabilities_in_storage"] == true ? std::string(m["logit_storage_roundings"] == 0 ? "" : " ") +
+                         "--probabilities-in-storage" : "");
+                break;
+            }
+        REQUIRE(!first.empty());
+        CHECK(report["storage_models"]["first_that_fits"] == first);
+        CHECK(bad.out.find("first model that fits: --model reference " + first) != std::string::npos);
+
+        // Asked with logits rounded once and P in storage: only the one looser model remains.
+        const Run asked = run_attn(scratch, "check" + inputs<T>(scratch) + " --model reference --candidate '" +
+                                                (scratch / "moved.npy") + "' --logit-storage-roundings 1 "
+                                                "--probabilities-in-storage --json '" + (scratch / "asked.json") + "'");
+        INFO(asked.out);
+        if (asked.exit_code != 0) {
+            const auto tried = nlohmann::json::parse(slurp(scratch / "asked.json"))["storage_models"]["tried"];
+            REQUIRE(tried.size() == 1);
+            CHECK(tried[0]["logit_storage_roundings"] == 2);
+        } else {
+            CHECK(!nlohmann::json::parse(slurp(scratch / "asked.json")).contains("storage_models"));
+        }
+
+        Tensor<T> far = read<T>(scratch / "lib.npy");
+        far[flat] = static_cast<T>(static_cast<float>(far[flat]) + 4.0f);
+        npy::write_file<T>(scratch / "far.npy", far.view());
+        const Run none = run_attn(scratch, "check" + inputs<T>(scratch) + " --candidate '" + (scratch / "far.npy") +
+                                               "' --json '" + (scratch / "far.json") + "'");
+        INFO(none.out);
+        CHECK(none.exit_code == 1);
+        CHECK(none.out.find("no 16-bit rounding model fits") != std::string::npos);
+        CHECK(nlohmann::json::parse(slurp(scratch / "far.json"))["storage_models"]["first_that_fits"].is_null());
+    } else {
+        CHECK(bad.out.find("16-bit rounding models") == std::string::npos);
+        CHECK(!report.contains("storage_models"));
+    }
 }
 
 TEST_CASE("attn check reports bad input with exit code 2", "[cli][oracle][errors]") {
