@@ -31,7 +31,7 @@ AttentionFiles read_attention_files(const std::string& command, const std::strin
         throw ConfigError(command + ": q, k and v must share a dtype: " + describe("q", q_path, in.q) + ", " +
                           describe("k", k_path, in.k) + ", " + describe("v", v_path, in.v));
     const npy::DType d = in.q.dtype;
-    if (d != npy::DType::Float32 && d != npy::DType::Float64 && d != npy::DType::Float16 && d != npy::DType::BFloat16)
+    if (!is_float_dtype(d))
         throw ConfigError(command + ": q, k and v must be float32, float64, float16 or bfloat16 (int16/uint16 bits " +
                           "with --dtype bfloat16 or float16): " + describe("q", q_path, in.q));
     if (!allowed_mask_path.empty()) {

@@ -16,6 +16,11 @@ std::string describe(const char* tensor, const std::string& path, const npy::Arr
 // `--dtype` of the attention commands: "" (the files' own dtypes), "bfloat16" or "float16" (int16/uint16 arrays are
 // the bits of that type, as tensor.view(torch.int16).numpy() saves them; npy::as_dtype).
 std::optional<npy::DType> sixteen_bit_dtype(const std::string& option);
+// float32, float64, float16 or bfloat16: the dtypes the attention commands compute in.
+inline bool is_float_dtype(npy::DType d) {
+    return d == npy::DType::Float32 || d == npy::DType::Float64 || d == npy::DType::Float16 ||
+           d == npy::DType::BFloat16;
+}
 // A float file read with --dtype applied.
 npy::Array read_float_file(const std::string& path, const std::string& dtype_option);
 

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "attention_inputs.hpp"
 #include "attn/attn.hpp"
 #include "commands.hpp"
 #include "attn/io/npy.hpp"
@@ -25,6 +26,7 @@ struct MhaArgs {
     bool no_check_finite = false;
     std::string out_path, weights_path;
     bool average_weights = false;
+    std::string dtype;  // --dtype: int16/uint16 files hold the bits of this 16-bit type
 };
 
 std::optional<Tensor<bool>> read_mask(const std::string& path, const char* what) {
@@ -37,7 +39,8 @@ std::optional<Tensor<bool>> read_mask(const std::string& path, const char* what)
 
 template <class T>
 int run_mha(const MhaArgs& args, const npy::Array& x_file) {
-    const auto read = [](const std::string& path) { return npy::to_tensor<T>(npy::read_file(path), path); };
+    // Every float file in x's dtype (after --dtype); to_tensor names the file that differs.
+    const auto read = [&](const std::string& path) { return npy::to_tensor<T>(read_float_file(path, args.dtype), path); };
     const auto read_optional = [&](const std::string& path) {
         return path.empty() ? std::optional<Tensor<T>>() : std::optional<Tensor<T>>(read(path));
     };
@@ -116,10 +119,11 @@ int mha_command(const MhaArgs& args) {
         throw ConfigError("mha: give --q-proj-weight, --k-proj-weight and --v-proj-weight, or --in-proj-weight");
     if (!args.in_proj_weight.empty() && !(args.q_weight.empty() && args.k_weight.empty() && args.v_weight.empty()))
         throw ConfigError("mha: --in-proj-weight replaces --q-proj-weight, --k-proj-weight and --v-proj-weight; give one form");
-    const npy::Array x = npy::read_file(args.x_path);
-    if (x.dtype == npy::DType::Float32) return run_mha<float>(args, x);
-    if (x.dtype == npy::DType::Float64) return run_mha<double>(args, x);
-    throw ConfigError("mha: x (" + args.x_path + ") must be float32 or float64, got " + npy::to_string(x.dtype));
+    const npy::Array x = read_float_file(args.x_path, args.dtype);
+    if (!is_float_dtype(x.dtype))
+        throw ConfigError("mha: x must be float32, float64, float16 or bfloat16 (int16/uint16 bits with --dtype): " +
+                          describe("x", args.x_path, x));
+    return with_float_type(x.dtype, [&]<class T>() { return run_mha<T>(args, x); });
 }
 
 }  // namespace
@@ -128,8 +132,13 @@ Action add_mha_command(CLI::App& app) {
     auto args = std::make_shared<MhaArgs>();
     auto* mha = app.add_subcommand(
         "mha", "Multi-head attention on .npy files, parameters in PyTorch's layouts (nn.MultiheadAttention, batch_first)");
-    mha->add_option("--x", args->x_path, "Queries (B, Tq, E), float32 or float64; also keys and values without a memory")
+    mha->add_option("--x", args->x_path,
+                    "Queries (B, Tq, E), float32, float64, float16 or bfloat16; also keys and values without a memory")
         ->required();
+    mha->add_option("--dtype", args->dtype,
+                    "Read int16/uint16 files as the bits of this 16-bit type (tensor.view(torch.int16).numpy()); "
+                    "16-bit modules compute in float32 and round each projection and the attention once")
+        ->check(CLI::IsMember({"bfloat16", "float16"}));
     auto* memory = mha->add_option("--memory", args->memory_path, "Keys and values for cross-attention (B, Tk, kdim)");
     auto* key_memory = mha->add_option("--key-memory", args->key_memory_path, "Keys (B, Tk, kdim)");
     auto* value_memory = mha->add_option("--value-memory", args->value_memory_path, "Values (B, Tk, vdim)");

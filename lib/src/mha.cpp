@@ -40,11 +40,18 @@ bool gemm_friendly(TensorView<const T> x) {
     return sw == 1 && st >= x.dim(2);
 }
 
-// y (B, T, out) = x (B, T, in) @ weight^T (in, out) + bias (out); weight (out, in) is PyTorch's layout.
-// One gemm per batch element, batch elements spread over threads: each element's arithmetic is the same whatever
-// the thread count, so the result is bitwise reproducible.
+// A contiguous copy of v in another element type (exact from 16 bits to float; rounded once the other way).
+template <class To, class From>
+Tensor<To> converted(TensorView<const From> v) {
+    const Tensor<From> c = Tensor<From>::copy_of(v);
+    Tensor<To> t(c.shape());
+    for (Index f = 0; f < c.numel(); ++f) t[f] = static_cast<To>(c[f]);
+    return t;
+}
+
+// y = x @ weight^T + bias in T itself (float or double), through BLIS.
 template <class T>
-Tensor<T> project(TensorView<const T> x, const Tensor<T>& weight, const Tensor<T>& bias, int num_threads) {
+Tensor<T> project_blas(TensorView<const T> x, const Tensor<T>& weight, const Tensor<T>& bias, int num_threads) {
     const Index B = x.dim(0), Tn = x.dim(1), in = x.dim(2), out = weight.dim(0);
     std::optional<Tensor<T>> contiguous;
     if (!gemm_friendly(x)) {
@@ -62,6 +69,22 @@ Tensor<T> project(TensorView<const T> x, const Tensor<T>& weight, const Tensor<T
                         weight.data(), in, 1, has_bias ? T(1) : T(0), yb, out, 1);
     });
     return y;
+}
+
+// y (B, T, out) = x (B, T, in) @ weight^T (in, out) + bias (out); weight (out, in) is PyTorch's layout.
+// One gemm per batch element, batch elements spread over threads: each element's arithmetic is the same whatever
+// the thread count, so the result is bitwise reproducible. On 16-bit storage the product and the bias are formed
+// in float32 and each element is rounded to the storage type once (a 16-bit Linear accumulating in float, as
+// PyTorch's are): the float32 projection of the same values, rounded.
+template <class T>
+Tensor<T> project(TensorView<const T> x, const Tensor<T>& weight, const Tensor<T>& bias, int num_threads) {
+    if constexpr (is_half_v<T>) {
+        const Tensor<float> y = project<float>(converted<float>(x).view(), converted<float>(weight.view()),
+                                               converted<float>(bias.view()), num_threads);
+        return converted<T>(y.view());
+    } else {
+        return project_blas<T>(x, weight, bias, num_threads);
+    }
 }
 
 }  // namespace
@@ -263,7 +286,7 @@ MhaResult<T> MultiHeadAttention<T>::run(const char* function_name, TensorView<co
         detail::check_mha_states(function, query_states, key_states, value_states, E_, kdim_, vdim_);
     const std::string& shapes = states.shapes;
     const Index B = states.B, Tq = states.Tq, Tk = states.Tk;
-    detail::check_scale_and_threads<T>(function, options.scale, options.num_threads, " (" + shapes + ")");
+    detail::check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, " (" + shapes + ")");
     const detail::HeadMasks masks = detail::resolve_masks(function, shapes, allowed_mask, options, B, H_, Tq, Tk);
     const detail::HeadReadability readable =
         detail::head_readability(masks.allowed, options.is_causal, options.alignment, B, H_, Tq, Tk);
@@ -310,5 +333,7 @@ MhaResult<T> MultiHeadAttention<T>::run(const char* function_name, TensorView<co
 
 template class MultiHeadAttention<float>;
 template class MultiHeadAttention<double>;
+template class MultiHeadAttention<float16>;
+template class MultiHeadAttention<bfloat16>;
 
 }  // namespace attn

@@ -103,29 +103,41 @@ template <class T>
 void dropout_context(const std::string& function, T* weights, TensorView<const T> v, Index H, Index G, Index Tq,
                      const HeadReadability& readable, const MhaOptions& options, const MhaDropout& dropout,
                      T* context) {
+    // On 16-bit storage the weights arrive rounded to it; the dropped-out weights are rounded again (they are
+    // returned), and their product with v is formed in float32 and rounded once.
+    using C = compute_t<T>;
     const Index B = v.dim(0), Tk = v.dim(1), R = H / G, Dv = G > 0 ? v.dim(2) / G : 0;
-    const T keep_scale = static_cast<T>(1.0 / (1.0 - dropout.p));
+    const C keep_scale = static_cast<C>(1.0 / (1.0 - dropout.p));
     detail::parallel_for(B * H, detail::thread_count(options.num_threads), [&](Index bh) {
         const Index b = bh / H, h = bh % H, g = h / R;
         T* w = weights + bh * Tq * Tk;  // (Tq, Tk)
         for (Index f = 0; f < Tq * Tk; ++f)
-            w[f] *= dropout_keeps(dropout, options.dropout_step, bh * Tq * Tk + f) ? keep_scale : T(0);
-        // Only readable keys enter the product: a padding value times weight 0 would still be NaN if it is NaN.
+            w[f] = static_cast<T>(static_cast<C>(w[f]) *
+                                  (dropout_keeps(dropout, options.dropout_step, bh * Tq * Tk + f) ? keep_scale : C(0)));
         std::vector<Index> keys;
         for (Index j = 0; j < Tk; ++j)
             if (readable.readable(b, h, j)) keys.push_back(j);
         const Index n = static_cast<Index>(keys.size());
-        std::vector<T> wc(static_cast<std::size_t>(Tq * n)), vc(static_cast<std::size_t>(n * Dv));  // (Tq, n), (n, Dv)
+        std::vector<C> wc(static_cast<std::size_t>(Tq * n)), vc(static_cast<std::size_t>(n * Dv));  // (Tq, n), (n, Dv)
         for (Index i = 0; i < Tq; ++i)
-            for (Index c = 0; c < n; ++c) wc[static_cast<std::size_t>(i * n + c)] = w[i * Tk + keys[c]];
+            for (Index c = 0; c < n; ++c) wc[static_cast<std::size_t>(i * n + c)] = static_cast<C>(w[i * Tk + keys[c]]);
         for (Index c = 0; c < n; ++c)
             for (Index d = 0; d < Dv; ++d)
                 vc[static_cast<std::size_t>(c * Dv + d)] =
-                    v.data()[b * v.stride(0) + keys[c] * v.stride(1) + (g * Dv + d) * v.stride(2)];
+                    static_cast<C>(v.data()[b * v.stride(0) + keys[c] * v.stride(1) + (g * Dv + d) * v.stride(2)]);
         T* ctx = context + b * Tq * H * Dv + h * Dv;  // (Tq, Dv) with row stride H*Dv
-        // ctx (Tq, Dv) = wc (Tq, n) @ vc (n, Dv)
-        if (n > 0)
-            detail::gemm<T>(false, false, Tq, Dv, n, T(1), wc.data(), n, 1, vc.data(), Dv, 1, T(0), ctx, H * Dv, 1);
+        if constexpr (std::is_same_v<C, T>) {
+            if (n > 0)
+                detail::gemm<T>(false, false, Tq, Dv, n, T(1), wc.data(), n, 1, vc.data(), Dv, 1, T(0), ctx, H * Dv, 1);
+        } else {
+            std::vector<C> product(static_cast<std::size_t>(Tq * Dv), C(0));  // (Tq, Dv)
+            if (n > 0)
+                detail::gemm<C>(false, false, Tq, Dv, n, C(1), wc.data(), n, 1, vc.data(), Dv, 1, C(0), product.data(),
+                                Dv, 1);
+            for (Index i = 0; i < Tq; ++i)
+                for (Index d = 0; d < Dv; ++d)
+                    ctx[i * H * Dv + d] = static_cast<T>(product[static_cast<std::size_t>(i * Dv + d)]);
+        }
         for (Index i = 0; i < Tq; ++i) {
             if (!readable.nonempty(b, h, i)) {
                 detail::write_empty_row<T>(options.empty_rows, ctx + i * H * Dv, Dv, nullptr, 0);
@@ -139,15 +151,14 @@ void dropout_context(const std::string& function, T* weights, TensorView<const T
     });
 }
 
-// average: weights (B, H, Tq, Tk) -> (B, Tq, Tk), sum over heads in order then divide by H.
 template <class T>
 Tensor<T> average_over_heads(const T* w, Index B, Index H, Index Tq, Index Tk) {
     Tensor<T> average({B, Tq, Tk});
     for (Index b = 0; b < B; ++b)
         for (Index f = 0; f < Tq * Tk; ++f) {
-            T sum = 0;
-            for (Index h = 0; h < H; ++h) sum += w[(b * H + h) * Tq * Tk + f];
-            average[b * Tq * Tk + f] = sum / static_cast<T>(H);
+            compute_t<T> sum = 0;  // in float32 on 16-bit storage, rounded once
+            for (Index h = 0; h < H; ++h) sum += static_cast<compute_t<T>>(w[(b * H + h) * Tq * Tk + f]);
+            average[b * Tq * Tk + f] = static_cast<T>(sum / static_cast<compute_t<T>>(H));
         }
     return average;
 }
@@ -181,6 +192,14 @@ template MhaResult<float> attend_heads<float>(const std::string&, TensorView<con
 template MhaResult<double> attend_heads<double>(const std::string&, TensorView<const double>, TensorView<const double>,
                                                 TensorView<const double>, Index, Index, const HeadMasks&,
                                                 const HeadReadability&, const MhaOptions&, const MhaDropout&);
+template MhaResult<float16> attend_heads<float16>(const std::string&, TensorView<const float16>,
+                                                  TensorView<const float16>, TensorView<const float16>, Index, Index,
+                                                  const HeadMasks&, const HeadReadability&, const MhaOptions&,
+                                                  const MhaDropout&);
+template MhaResult<bfloat16> attend_heads<bfloat16>(const std::string&, TensorView<const bfloat16>,
+                                                    TensorView<const bfloat16>, TensorView<const bfloat16>, Index,
+                                                    Index, const HeadMasks&, const HeadReadability&, const MhaOptions&,
+                                                    const MhaDropout&);
 
 namespace {
 
@@ -212,7 +231,7 @@ MhaResult<T> multi_head_sdpa_impl(TensorView<const T> q, TensorView<const T> k, 
         throw ShapeError(function + ": v_projected width " + str(v.dim(2)) + " is not a multiple of num_kv_heads=" + str(G) +
                          " (" + shapes + ")");
     check_dropout(function, dropout.p);
-    check_scale_and_threads<T>(function, options.scale, options.num_threads, " (" + shapes + ")");
+    check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, " (" + shapes + ")");
     check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, " (" + shapes + ")");
     const HeadMasks masks = resolve_masks(function, shapes, allowed_mask, options, B, H, Tq, Tk);
     const HeadReadability readable =
@@ -247,6 +266,20 @@ MhaResult<double> multi_head_sdpa(TensorView<const double> q_projected, TensorVi
                                   const MhaDropout& dropout) {
     return detail::multi_head_sdpa_impl<double>(q_projected, k_projected, v_projected, num_heads, num_kv_heads,
                                                 allowed_mask, options, dropout);
+}
+MhaResult<float16> multi_head_sdpa(TensorView<const float16> q_projected, TensorView<const float16> k_projected,
+                                   TensorView<const float16> v_projected, Index num_heads, Index num_kv_heads,
+                                   std::optional<TensorView<const bool>> allowed_mask, const MhaOptions& options,
+                                   const MhaDropout& dropout) {
+    return detail::multi_head_sdpa_impl<float16>(q_projected, k_projected, v_projected, num_heads, num_kv_heads,
+                                                 allowed_mask, options, dropout);
+}
+MhaResult<bfloat16> multi_head_sdpa(TensorView<const bfloat16> q_projected, TensorView<const bfloat16> k_projected,
+                                    TensorView<const bfloat16> v_projected, Index num_heads, Index num_kv_heads,
+                                    std::optional<TensorView<const bool>> allowed_mask, const MhaOptions& options,
+                                    const MhaDropout& dropout) {
+    return detail::multi_head_sdpa_impl<bfloat16>(q_projected, k_projected, v_projected, num_heads, num_kv_heads,
+                                                  allowed_mask, options, dropout);
 }
 
 }  // namespace attn

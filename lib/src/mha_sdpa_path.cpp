@@ -91,7 +91,7 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     std::optional<TensorView<const bool>> mask_full;  // broadcast to (batch..., Tq, Tk)
     if (allowed_mask) mask_full = broadcast_mask_to_scores(function, *allowed_mask, with(batch, {Tq, Tk}), shapes);
     // So are the options: SDPA refuses a bad scale, thread count or block size for an empty batch too.
-    check_scale_and_threads<T>(function, options.scale, options.num_threads, shapes);
+    check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, shapes);
     check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, shapes);
     if (H == 0 || B == 0) {  // no heads or no batch: SDPA's answer is empty too
         SdpaResult<T> empty{Tensor<T>(output_shape), std::nullopt};
@@ -132,6 +132,15 @@ SdpaResult<float> mha_sdpa_path(TensorView<const float> q, TensorView<const floa
 SdpaResult<double> mha_sdpa_path(TensorView<const double> q, TensorView<const double> k, TensorView<const double> v,
                                  std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
     return mha_sdpa_path_impl<double>(q, k, v, allowed_mask, options);
+}
+SdpaResult<float16> mha_sdpa_path(TensorView<const float16> q, TensorView<const float16> k, TensorView<const float16> v,
+                                  std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
+    return mha_sdpa_path_impl<float16>(q, k, v, allowed_mask, options);
+}
+SdpaResult<bfloat16> mha_sdpa_path(TensorView<const bfloat16> q, TensorView<const bfloat16> k,
+                                   TensorView<const bfloat16> v, std::optional<TensorView<const bool>> allowed_mask,
+                                   const SdpaOptions& options) {
+    return mha_sdpa_path_impl<bfloat16>(q, k, v, allowed_mask, options);
 }
 
 }  // namespace attn::detail

@@ -124,6 +124,11 @@ template MhaStates check_mha_states<float>(const std::string&, TensorView<const 
                                            TensorView<const float>, Index, Index, Index);
 template MhaStates check_mha_states<double>(const std::string&, TensorView<const double>, TensorView<const double>,
                                             TensorView<const double>, Index, Index, Index);
+template MhaStates check_mha_states<float16>(const std::string&, TensorView<const float16>, TensorView<const float16>,
+                                             TensorView<const float16>, Index, Index, Index);
+template MhaStates check_mha_states<bfloat16>(const std::string&, TensorView<const bfloat16>,
+                                              TensorView<const bfloat16>, TensorView<const bfloat16>, Index, Index,
+                                              Index);
 
 void check_tiled_blocks(const std::string& function, Index query_block, Index key_block, const std::string& shapes) {
     if (query_block < 0 || key_block < 0)

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -196,4 +197,55 @@ TEST_CASE("attn mha reports impossible configurations and wrong shapes with exit
     run = run_attn(scratch, base + qkv + " --num-heads 2 --memory '" + (scratch / "x.npy") + "' --key-memory '" +
                                 (scratch / "x.npy") + "'");
     CHECK(run.exit_code == 2);  // CLI11: --memory excludes --key-memory
+}
+
+TEMPLATE_TEST_CASE("attn mha runs 16-bit modules bitwise as the library does", "[cli][mha][half]", float16, bfloat16) {
+    using S = TestType;
+    const Scratch scratch;
+    std::mt19937_64 rng(7);
+    const auto rounded = [](const Tensor<float>& f) {
+        Tensor<S> t(f.shape());
+        for (Index i = 0; i < f.numel(); ++i) t[i] = S(f[i]);
+        return t;
+    };
+    const Tensor<S> x = rounded(random_tensor({2, 3, 8}, rng)), mem = rounded(random_tensor({2, 5, 8}, rng));
+    const Tensor<S> wq = rounded(random_tensor({8, 8}, rng)), wk = rounded(random_tensor({8, 8}, rng));
+    const Tensor<S> wv = rounded(random_tensor({8, 8}, rng)), wo = rounded(random_tensor({8, 8}, rng));
+    const Tensor<S> bo = rounded(random_tensor({8}, rng));
+    // bfloat16 files are its int16 bits (npy::write_file writes them so), read with --dtype bfloat16.
+    for (const auto& [name, t] : {std::pair<const char*, const Tensor<S>*>{"x", &x}, {"mem", &mem}, {"wq", &wq},
+                                  {"wk", &wk}, {"wv", &wv}, {"wo", &wo}, {"bo", &bo}})
+        npy::write_file<S>(scratch / (std::string(name) + ".npy"), t->view());
+    const std::string dtype = std::is_same_v<S, bfloat16> ? " --dtype bfloat16" : "";
+    const std::string command = "mha --x '" + (scratch / "x.npy") + "' --memory '" + (scratch / "mem.npy") +
+                                "' --num-heads 2 --q-proj-weight '" + (scratch / "wq.npy") + "' --k-proj-weight '" +
+                                (scratch / "wk.npy") + "' --v-proj-weight '" + (scratch / "wv.npy") +
+                                "' --out-proj-weight '" + (scratch / "wo.npy") + "' --out-proj-bias '" +
+                                (scratch / "bo.npy") + "' --out '" + (scratch / "o.npy") + "'" + dtype;
+    const Run run = run_attn(scratch, command);
+    INFO(run.stderr_text);
+    REQUIRE(run.exit_code == 0);
+
+    MhaConfig config;
+    config.embed_dim = 8;
+    config.num_heads = 2;
+    MultiHeadAttention<S> mha(config);
+    mha.set_q_proj_weight(wq.view()), mha.set_k_proj_weight(wk.view()), mha.set_v_proj_weight(wv.view());
+    mha.set_out_proj_weight(wo.view());
+    mha.set_out_proj_bias(bo.view());  // the other biases stay the module's zeros, as the command's missing ones
+    const MhaResult<S> expected = mha.forward_cross(x.view(), mem.view());
+    npy::Array out = npy::read_file(scratch / "o.npy");
+    if constexpr (std::is_same_v<S, bfloat16>) out = npy::as_dtype(std::move(out), npy::DType::BFloat16, "o.npy");
+    const Tensor<S> got = npy::to_tensor<S>(out, "o.npy");
+    REQUIRE(got.shape() == expected.output.shape());
+    CHECK(std::memcmp(got.data(), expected.output.data(), sizeof(S) * static_cast<std::size_t>(got.numel())) == 0);
+
+    // A parameter in another dtype is named, with its dtype and shape.
+    npy::write_file<float>(scratch / "wo32.npy", random_tensor({8, 8}, rng).view());
+    std::string mixed = command;
+    mixed.replace(mixed.find(scratch / "wo.npy"), (scratch / "wo.npy").size(), scratch / "wo32.npy");
+    const Run bad = run_attn(scratch, mixed);
+    CHECK(bad.exit_code == 2);
+    CHECK(bad.stderr_text.find("wo32.npy") != std::string::npos);
+    CHECK(bad.stderr_text.find("float32 [8,8]") != std::string::npos);
 }

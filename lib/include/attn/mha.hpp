@@ -155,6 +155,10 @@ private:
 
 extern template class MultiHeadAttention<float>;
 extern template class MultiHeadAttention<double>;
+// 16-bit storage (parameters, inputs, output): every projection and the attention compute in float32 and round
+// their results to the storage type once (the projected q, k, v, the context, the output; weights when asked).
+extern template class MultiHeadAttention<float16>;
+extern template class MultiHeadAttention<bfloat16>;
 
 // The module's mask contract, shared by MultiHeadAttention, multi_head_sdpa and the oracle: allowed_mask 2-D
 // (Tq, Tk) is read as (1, 1, Tq, Tk), 3-D (B, Tq, Tk) as (B, 1, Tq, Tk) (broadcast over heads, as in the course
@@ -189,5 +193,14 @@ MhaResult<double> multi_head_sdpa(TensorView<const double> q_projected, TensorVi
                                   TensorView<const double> v_projected, Index num_heads, Index num_kv_heads,
                                   std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
                                   const MhaOptions& options = {}, const MhaDropout& dropout = {});
+// 16-bit storage: the SDPA core computes in float32 and rounds the context (and the weights) to it once.
+MhaResult<float16> multi_head_sdpa(TensorView<const float16> q_projected, TensorView<const float16> k_projected,
+                                   TensorView<const float16> v_projected, Index num_heads, Index num_kv_heads,
+                                   std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                   const MhaOptions& options = {}, const MhaDropout& dropout = {});
+MhaResult<bfloat16> multi_head_sdpa(TensorView<const bfloat16> q_projected, TensorView<const bfloat16> k_projected,
+                                    TensorView<const bfloat16> v_projected, Index num_heads, Index num_kv_heads,
+                                    std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                    const MhaOptions& options = {}, const MhaDropout& dropout = {});
 
 }  // namespace attn

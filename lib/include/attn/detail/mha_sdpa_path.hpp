@@ -26,5 +26,12 @@ SdpaResult<float> mha_sdpa_path(TensorView<const float> q, TensorView<const floa
 SdpaResult<double> mha_sdpa_path(TensorView<const double> q, TensorView<const double> k, TensorView<const double> v,
                                  std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
                                  const SdpaOptions& options = {});
+SdpaResult<float16> mha_sdpa_path(TensorView<const float16> q, TensorView<const float16> k, TensorView<const float16> v,
+                                  std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                  const SdpaOptions& options = {});
+SdpaResult<bfloat16> mha_sdpa_path(TensorView<const bfloat16> q, TensorView<const bfloat16> k,
+                                   TensorView<const bfloat16> v,
+                                   std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                   const SdpaOptions& options = {});
 
 }  // namespace attn::detail
