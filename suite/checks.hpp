@@ -30,15 +30,6 @@ Verdict with_dtype(Dtype dtype, F&& f) {
     return f.template operator()<double>();
 }
 
-// The same for checks of paths that exist in float and double only (the MHA module): Unsupported for a 16-bit case
-// (the runner skips those dtypes for implementations without them, so it is not reached from a run).
-template <class F>
-Verdict with_wide_dtype(Dtype dtype, F&& f) {
-    if (dtype == Dtype::Float) return f.template operator()<float>();
-    if (dtype == Dtype::Double) return f.template operator()<double>();
-    throw Unsupported(std::string("the multi-head module has no ") + to_string(dtype) + " path");
-}
-
 // The implementation's output for the case, as (B, H, Tq, Dv) whatever the layout. Throws what it throws.
 template <class T>
 Tensor<T> run_impl(const Implementation& impl, const SdpaCase& c, const SdpaOptions& options) {

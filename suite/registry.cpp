@@ -99,6 +99,8 @@ std::vector<Implementation> build() {
     mha.error_model = oracle::reference_model();
     mha.run_float = run_mha_path<float>;
     mha.run_double = run_mha_path<double>;
+    mha.run_float16 = run_mha_path<float16>;
+    mha.run_bfloat16 = run_mha_path<bfloat16>;
     all.push_back(std::move(mha));
     // Correct kernels in arithmetic the library's backends do not use, each under the error model that claims it.
     for (Implementation k : {kernels::fa2_style(), kernels::fa2_lazy(), kernels::flash_decoding()}) {

@@ -122,25 +122,8 @@ private:
         store_wide<T>(x, out_.weights.data()[flat], out_.weights_exact.data()[flat], out_.weights_exact_lo.data()[flat]);
         put_weight_bound(flat, storage_rounding(bound, static_cast<double>(x)), self_error);
     }
-    // BOUNDS.md section 11: a result computed in C within `bound` of an exact value of magnitude |e| ~ |hi| and then
-    // rounded to the storage type T errs by at most bound + u_T (|e| + bound) + denorm_min_T / 2, as long as
-    // |e| + bound stays below T's overflow threshold (beyond it the rounding may give inf: no bound, +inf). The
-    // identity when T is C (the one rounding to T is then already the computation's last).
-    static double storage_rounding(double bound, double hi) {
-        if constexpr (std::is_same_v<T, C>) {
-            return bound;
-        } else {
-            if (!std::isfinite(hi) || !std::isfinite(bound)) return bound;  // NaN rows, unbounded elements
-            using L = std::numeric_limits<T>;
-            constexpr Wide u_T = static_cast<Wide>(static_cast<float>(L::epsilon())) / 2;
-            constexpr Wide half_denorm = static_cast<Wide>(static_cast<float>(L::denorm_min())) / 2;
-            const Wide overflow = static_cast<Wide>(static_cast<float>(L::max())) +
-                                  std::ldexp(Wide(1), L::max_exponent - 1 - L::digits);
-            const Wide y = static_cast<Wide>(std::fabs(hi)) * (1 + 0x1p-52L) + bound;  // |e| <= |hi| (1 + 2^-53)
-            if (!(y < overflow)) return std::numeric_limits<double>::infinity();
-            return round_up((bound + u_T * y + half_denorm) * (1 + 0x1p-60L));
-        }
-    }
+    // BOUNDS.md section 11 (softmax_bound.hpp): the final rounding of a result computed in C to the storage T.
+    static double storage_rounding(double bound, double hi) { return detail::storage_rounding<T>(bound, hi); }
     void put_output_bound(Index flat, double bound, double scale, Wide self_error) {
         out_.output_bound.data()[flat] = bound;
         out_.output_scale.data()[flat] = scale;

@@ -35,6 +35,7 @@ using detail::oracle_rounding;
 using detail::OutputSums;
 using detail::RowRounding;
 using detail::split;
+using detail::storage_rounding;
 using detail::store;
 using detail::Underflow;
 using detail::underflow_units;
@@ -70,7 +71,7 @@ MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorV
     const attn::detail::MhaStates states = attn::detail::check_mha_states(f, xq, xk, xv, p.E, p.kdim, p.vdim);
     const std::string& shape_list = states.shapes;
     p.B = states.B, p.Tq = states.Tq, p.Tk = states.Tk;
-    attn::detail::check_scale_and_threads<T>(f, options.scale, options.num_threads, " (" + shape_list + ")");
+    attn::detail::check_scale_and_threads<compute_t<T>>(f, options.scale, options.num_threads, " (" + shape_list + ")");
     p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(p.Dh));
 
     // The module's mask contract and readability (attn/detail/problem.hpp), empty-row error included.
@@ -116,7 +117,8 @@ void require_finite(const std::string& f, const char* name, TensorView<const T> 
 }
 
 // One projection y = x W^T + b (section 9, step 1) at the rows that are read: the oracle's value (Real), the
-// implementation's error bound and the oracle's own.
+// implementation's error bound and the oracle's own. The implementation computes in C = compute_t<T> (u and eta
+// are C's) and, on 16-bit storage, rounds each element to T once (section 9, "16-bit storage").
 template <class Real>
 struct Projected {
     std::vector<Real> y;           // (B, T, out)
@@ -141,13 +143,13 @@ Projected<Real> project(TensorView<const T> x, TensorView<const T> W, TensorView
                 const double bc = has_bias ? static_cast<double>(bias({c})) : 0.0;
                 Real acc(bc);
                 double mag = std::fabs(bc);  // sum |x_i W_ci| + |b_c|
-                double flushed = inputs_flushed ? flushable<T>(bc) : 0.0;  // subnormal inputs read as 0
+                double flushed = inputs_flushed ? flushable<compute_t<T>>(bc) : 0.0;  // subnormal inputs read as 0
                 for (Index i = 0; i < width; ++i) {
                     const double xi = static_cast<double>(x({b, t, i})), wi = static_cast<double>(W({c, i}));
                     acc += Real(xi) * Real(wi);  // exact product: 53 + 53 bits < the working precision
                     mag += std::fabs(xi * wi);
                     if (inputs_flushed) {
-                        const double ex = flushable<T>(xi), ew = flushable<T>(wi);
+                        const double ex = flushable<compute_t<T>>(xi), ew = flushable<compute_t<T>>(wi);
                         flushed += ex * std::fabs(wi) + std::fabs(xi) * ew + ex * ew;
                     }
                 }
@@ -156,6 +158,7 @@ Projected<Real> project(TensorView<const T> x, TensorView<const T> W, TensorView
                 r.impl[at] = flushed * (1 + g_impl) + g_impl * (mag + flushed) +
                              (width + 1) * (eta.mul + eta.add) * (1 + g_impl);
                 r.self[at] = 2 * g_self * mag;
+                r.impl[at] = storage_rounding<T>(r.impl[at], std::fabs(static_cast<double>(acc)) + r.self[at]);
             }
         }
     return r;
@@ -174,7 +177,7 @@ public:
              const MhaOptions& options, const ErrorModel& model)
         : p_(p), q_(q), k_(k), v_(v), options_(options), model_(model) {
         Rs_ = static_cast<double>(effective_rescalings(model, p.Tk));
-        eta_ = underflow_units<T>(model);
+        eta_ = underflow_units<C>(model);
         lr_ = logit_rounding(p.Dh, p.scale, u_, eta_);
         g_logit_self_ = gamma(static_cast<double>(p.Dh + 1), u_mp_);
         const std::size_t size = idx(p.B * p.Tq * p.E);
@@ -201,7 +204,8 @@ public:
     }
 
 private:
-    static constexpr double u_ = std::numeric_limits<T>::epsilon() / 2;  // the target's unit roundoff
+    using C = compute_t<T>;  // the type the core computes in; its context is rounded to T once
+    static constexpr double u_ = std::numeric_limits<C>::epsilon() / 2;  // the computation's unit roundoff
     UnderflowUnits eta_;  // the model's underflow (flush-to-zero or gradual), BOUNDS.md sections 0 and 4
     static std::size_t idx(Index a) { return static_cast<std::size_t>(a); }
 
@@ -335,7 +339,7 @@ private:
         const double rel = hb.impl.output_rel(sums, 0.0, od + so);
         const std::size_t out = idx((b * p_.Tq + i) * p_.E + h * p_.Dh + d);  // merge: (B, Tq, H, Dh) order
         ctx[out] = o;
-        ctx_impl[out] = hb.under.output(rel, abs_v, od + so);
+        ctx_impl[out] = storage_rounding<T>(hb.under.output(rel, abs_v, od + so), od + so);
         ctx_self[out] = so;
     }
 };
@@ -344,7 +348,8 @@ private:
 template <class Real, class T>
 void output_projection(const MultiHeadAttention<T>& m, const MhaProblem& p, const HeadPass<Real, T>& heads,
                        const UnderflowUnits& eta, const ErrorModel& model, Result<T>& r) {
-    constexpr double u = std::numeric_limits<T>::epsilon() / 2;
+    using C = compute_t<T>;  // the product in C, rounded to T once on 16-bit storage
+    constexpr double u = std::numeric_limits<C>::epsilon() / 2;
     const double u_mp = std::ldexp(1.0, -(std::numeric_limits<Real>::digits - 1));
     const double inf = std::numeric_limits<double>::infinity();
     const Index Tq = p.Tq, E = p.E;
@@ -365,7 +370,7 @@ void output_projection(const MultiHeadAttention<T>& m, const MhaProblem& p, cons
                 Real acc(bc);
                 double prop = 0, mag = std::fabs(bc), prop_s = 0, mag_s = std::fabs(bc), scale_c = std::fabs(bc);
                 // Subnormal weights and bias a flushing kernel reads as 0 (the context is computed, not an input).
-                double flushed = model.inputs_flushed ? flushable<T>(bc) : 0.0;
+                double flushed = model.inputs_flushed ? flushable<C>(bc) : 0.0;
                 for (Index c = 0; c < E; ++c) {
                     const std::size_t oc = idx((b * Tq + i) * E + c);
                     const double w = static_cast<double>(Wo({col, c})), wa = std::fabs(w);
@@ -376,13 +381,14 @@ void output_projection(const MultiHeadAttention<T>& m, const MhaProblem& p, cons
                     prop_s += wa * heads.ctx_self[oc];
                     mag_s += wa * oa;
                     scale_c += wa * std::fabs(static_cast<double>(heads.ctx[oc]));
-                    if (model.inputs_flushed) flushed += flushable<T>(w) * (oa + heads.ctx_impl[oc]);
+                    if (model.inputs_flushed) flushed += flushable<C>(w) * (oa + heads.ctx_impl[oc]);
                 }
-                const double bound = (prop + flushed * (1 + gE) + gE * (mag + flushed) +
-                                      (E + 1) * (eta.mul + eta.add) * (1 + gE)) * kBoundInflation;
                 const double self = 2 * (prop_s + gE_s * mag_s);
                 double hi, lo;
                 split(acc, hi, lo);
+                const double bound = storage_rounding<T>((prop + flushed * (1 + gE) + gE * (mag + flushed) +
+                                                          (E + 1) * (eta.mul + eta.add) * (1 + gE)) * kBoundInflation,
+                                                         std::fabs(hi) + self);
                 store<T>(hi, lo, r.output.data()[at], r.output_exact.data()[at], r.output_exact_lo.data()[at]);
                 r.output_bound.data()[at] = std::isnan(bound) ? inf : bound;
                 r.output_scale.data()[at] = scale_c;
@@ -397,8 +403,9 @@ void output_projection(const MultiHeadAttention<T>& m, const MhaProblem& p, cons
 template <class Real, class T>
 void solve(const MultiHeadAttention<T>& m, const MhaProblem& p, TensorView<const T> xq, TensorView<const T> xk,
            TensorView<const T> xv, const MhaOptions& options, const ErrorModel& model, Result<T>& r) {
-    constexpr double u = std::numeric_limits<T>::epsilon() / 2;  // the target's unit roundoff
-    const UnderflowUnits eta = underflow_units<T>(model);  // BOUNDS.md sections 0 and 4
+    using C = compute_t<T>;  // the type the module computes in (float on 16-bit storage)
+    constexpr double u = std::numeric_limits<C>::epsilon() / 2;  // the computation's unit roundoff
+    const UnderflowUnits eta = underflow_units<C>(model);  // BOUNDS.md sections 0 and 4
     const double u_mp = std::ldexp(1.0, -(std::numeric_limits<Real>::digits - 1));
     // 1. projections: q (B, Tq, E), k and v (B, Tk, G*Dh).
     const Projected<Real> q = project<Real, T>(xq, m.q_proj_weight(), m.q_proj_bias(), p.q_read, u, eta, u_mp, model.inputs_flushed);
@@ -422,6 +429,10 @@ Result<T> multi_head_attention(const MultiHeadAttention<T>& module, TensorView<c
     const char* function = "oracle.mha";
     const MhaProblem p = resolve<T>(function, module, query_states, key_states, value_states, allowed_mask, options);
     detail::check_oracle_options(function, oracle_options);
+    if (oracle_options.model.logit_storage_roundings != 0 || oracle_options.model.probabilities_in_storage)
+        throw ConfigError(std::string(function) + ": the model's roundings to storage inside the SDPA core "
+                          "(logit_storage_roundings, probabilities_in_storage) are derived for SDPA only; the "
+                          "module's core rounds its context alone (BOUNDS.md section 9)");
     require_finite<T>(function, "q_proj_weight", module.q_proj_weight());
     require_finite<T>(function, "k_proj_weight", module.k_proj_weight());
     require_finite<T>(function, "v_proj_weight", module.v_proj_weight());
@@ -468,5 +479,14 @@ template Result<double> multi_head_attention<double>(const MultiHeadAttention<do
                                                      TensorView<const double>, TensorView<const double>,
                                                      std::optional<TensorView<const bool>>, const MhaOptions&,
                                                      const OracleOptions&);
+template Result<float16> multi_head_attention<float16>(const MultiHeadAttention<float16>&, TensorView<const float16>,
+                                                       TensorView<const float16>, TensorView<const float16>,
+                                                       std::optional<TensorView<const bool>>, const MhaOptions&,
+                                                       const OracleOptions&);
+template Result<bfloat16> multi_head_attention<bfloat16>(const MultiHeadAttention<bfloat16>&,
+                                                         TensorView<const bfloat16>, TensorView<const bfloat16>,
+                                                         TensorView<const bfloat16>,
+                                                         std::optional<TensorView<const bool>>, const MhaOptions&,
+                                                         const OracleOptions&);
 
 }  // namespace attn::oracle

@@ -122,6 +122,28 @@ inline double round_up(Wide x) {
     return std::bit_cast<double>(d > 0 ? bits + 1 : bits - 1);
 }
 
+// BOUNDS.md section 11: a result computed in compute_t<T> within `bound` of an exact value of magnitude
+// |e| <= |hi| (1 + 2^-53) and then rounded to the storage type T errs by at most
+// bound + u_T (|e| + bound) + denorm_min_T / 2, as long as |e| + bound stays below T's overflow threshold (beyond
+// it the rounding may give inf: no bound, +inf). The identity when T is its own compute type (the one rounding to T
+// is then already the computation's last). Callers whose |hi| is only an approximation pass an upper value.
+template <class T>
+double storage_rounding(double bound, double hi) {
+    if constexpr (std::is_same_v<T, compute_t<T>>) {
+        return bound;
+    } else {
+        if (!std::isfinite(hi) || !std::isfinite(bound)) return bound;  // NaN rows, unbounded elements
+        using L = std::numeric_limits<T>;
+        constexpr Wide u_T = static_cast<Wide>(static_cast<float>(L::epsilon())) / 2;
+        constexpr Wide half_denorm = static_cast<Wide>(static_cast<float>(L::denorm_min())) / 2;
+        const Wide overflow =
+            static_cast<Wide>(static_cast<float>(L::max())) + std::ldexp(Wide(1), L::max_exponent - 1 - L::digits);
+        const Wide y = static_cast<Wide>(std::fabs(hi)) * (1 + 0x1p-52L) + bound;
+        if (!(y < overflow)) return std::numeric_limits<double>::infinity();
+        return round_up((bound + u_T * y + half_denorm) * (1 + 0x1p-60L));
+    }
+}
+
 // ---- sections 0 and 4: the absolute error of one operation below the normal range ------------------------------------
 
 // mul: a product, quotient or the scale's multiplication; add: a sum; exp: an exp result. With flush-to-zero every

@@ -142,15 +142,27 @@ std::vector<double> sweep(const char* dtype, int cases) {
     return sorted;
 }
 
+// The next T above (up) or below x, finite x: std::nextafter, or the neighbouring bit pattern of a 16-bit type.
+template <class T>
+T next(T x, bool up) {
+    if constexpr (attn::is_half_v<T>) {
+        const float f = x;
+        if (f == 0) return up ? std::numeric_limits<T>::denorm_min() : T(-static_cast<float>(std::numeric_limits<T>::denorm_min()));
+        const bool away = (f > 0) == up;  // away from zero: the magnitude's bits grow
+        return T::from_bits(static_cast<std::uint16_t>(away ? x.bits + 1 : x.bits - 1));
+    } else {
+        return std::nextafter(x, up ? std::numeric_limits<T>::infinity() : -std::numeric_limits<T>::infinity());
+    }
+}
+
 // The largest T on the far side of exact + bound (error just over the bound), or the one just inside.
 template <class T>
 T just_past(long double exact, long double exact_lo, double bound, bool past) {
     const auto err = [&](T x) { return (static_cast<long double>(x) - exact) - exact_lo; };
     T x = static_cast<T>(exact + exact_lo + bound);
-    while (err(x) <= bound) x = std::nextafter(x, std::numeric_limits<T>::infinity());
-    while (err(std::nextafter(x, -std::numeric_limits<T>::infinity())) > bound)
-        x = std::nextafter(x, -std::numeric_limits<T>::infinity());
-    return past ? x : std::nextafter(x, -std::numeric_limits<T>::infinity());
+    while (err(x) <= bound) x = next(x, true);
+    while (err(next(x, false)) > bound) x = next(x, false);
+    return past ? x : next(x, false);
 }
 
 template <class T>
@@ -187,6 +199,28 @@ TEST_CASE("the module's output lies within the MHA oracle's bound, which is not 
     // Not vacuous: somewhere the module's error reaches 1/100 of the bound.
     CHECK(f.back() >= 1e-2);
     CHECK(d.back() >= 1e-2);
+}
+
+TEST_CASE("the 16-bit module's output lies within the MHA oracle's bound, which is nearly reached",
+          "[oracle][mha][half]") {
+    // Each projection, the context and the output are rounded to the storage type once: its u_S is most of the
+    // bound (BOUNDS.md section 9, "16-bit storage"), and the rounding of the output alone nearly reaches it.
+    const std::vector<double> h = sweep<attn::float16>("float16", 60);
+    const std::vector<double> b = sweep<attn::bfloat16>("bfloat16", 60);
+    CHECK(h.back() >= 0.25);
+    CHECK(b.back() >= 0.25);
+}
+
+TEST_CASE("a 16-bit MHA output element moved just past its bound is caught and named", "[oracle][mha][half]") {
+    moved_element_is_caught<attn::float16>();
+    moved_element_is_caught<attn::bfloat16>();
+}
+
+TEST_CASE("MHA oracle: roundings to storage inside the SDPA core are SDPA-only", "[oracle][mha][errors]") {
+    std::mt19937_64 rng(3);
+    Case<attn::bfloat16> c = random_case<attn::bfloat16>(rng, 2);
+    c.oracle_options.model.probabilities_in_storage = true;
+    CHECK_THROWS_WITH(run_oracle(c), Catch::Contains("oracle.mha") && Catch::Contains("derived for SDPA only"));
 }
 
 TEST_CASE("an MHA output element moved just past its bound is caught and named", "[oracle][mha]") {

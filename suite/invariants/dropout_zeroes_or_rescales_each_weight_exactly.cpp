@@ -1,5 +1,6 @@
 // Invariant 19: dropout in training mode, under an explicit seed and step, zeroes each attention weight or keeps it
-// multiplied by exactly 1/(1-p) (the evaluation-mode weight times that factor, bitwise); which weights it keeps is
+// multiplied by exactly 1/(1-p) (the evaluation-mode weight times that factor, bitwise; on 16-bit storage the
+// float32 product rounded once); which weights it keeps is
 // the documented function of (seed, step, b, h, i, j) (MhaConfig::dropout_seed), recomputed here; the same seed and
 // step give the same bits again; and the context is the dropped-out weights times v: with v the identity per kv head, the
 // head path's context row is the dropped-out weights row, exactly (x * 1 + 0 rounds to nothing), empty rows per
@@ -42,7 +43,10 @@ Verdict dropout_check(const SdpaCase& c) {
                                                      : c.options.empty_rows;
     options.num_threads = c.options.num_threads;
     options.dropout_step = step;
-    const T keep_scale = static_cast<T>(1.0 / (1.0 - dropout.p));
+    // In the type the module computes in: on 16-bit storage the kept weight is the rounded product.
+    using C = compute_t<T>;
+    const C keep_scale = static_cast<C>(1.0 / (1.0 - dropout.p));
+    const auto kept = [&](T e) { return static_cast<T>(static_cast<C>(e) * keep_scale); };
 
     // 1. The module: training-mode weights against evaluation-mode weights, and the same call again.
     MhaConfig config;
@@ -61,9 +65,9 @@ Verdict dropout_check(const SdpaCase& c) {
     const MhaResult<T> again = m.forward(xq.view(), xkv.view(), xkv.view(), allowed.view(), training);
     for (Index f = 0; f < train.weights->numel(); ++f) {
         const T t = (*train.weights)[f], e = (*eval.weights)[f];
-        if (!(t == T(0) || same_bits(t, e * keep_scale)) && !(std::isnan(t) && std::isnan(e)))
+        if (!(t == T(0) || same_bits(t, kept(e))) && !(std::isnan(t) && std::isnan(e)))
             return what + ": training weight " + num(t) + " at flat index " + std::to_string(f) +
-                   " is neither 0 nor the evaluation weight " + num(e) + " times 1/(1-p) = " + num(e * keep_scale);
+                   " is neither 0 nor the evaluation weight " + num(e) + " times 1/(1-p) = " + num(kept(e));
         // Where the evaluation weight is a non-zero number, the training weight tells whether it was kept.
         if (e != T(0) && std::isfinite(e) && (t != T(0)) != documented_keep(dropout, step, f))
             return what + ": weight at flat index " + std::to_string(f) + " was " + (t != T(0) ? "kept" : "dropped") +
@@ -117,7 +121,7 @@ Property dropout_zeroes_or_rescales_each_weight_exactly() {
     p.applies = [](const Implementation& impl) { return impl.name == "mha"; };
     p.cost = 2;
     p.check = [](const Implementation&, const SdpaCase& c) -> Verdict {
-        return with_wide_dtype(c.dtype, [&]<class T>() -> Verdict { return dropout_check<T>(c); });
+        return with_dtype(c.dtype, [&]<class T>() -> Verdict { return dropout_check<T>(c); });
     };
     return p;
 }

@@ -236,7 +236,7 @@ Property module_bad_calls_are_refused_with_an_error_naming_them() {
     p.applies = [](const Implementation& impl) { return impl.name == "mha"; };
     p.breadth = 4;  // many refusals, one per case, each cheap
     p.check = [](const Implementation&, const SdpaCase& c) -> Verdict {
-        return with_wide_dtype(c.dtype, [&]<class T>() -> Verdict { return refusal_check<T>(c); });
+        return with_dtype(c.dtype, [&]<class T>() -> Verdict { return refusal_check<T>(c); });
     };
     return p;
 }
