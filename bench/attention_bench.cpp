@@ -4,7 +4,8 @@
 // Benchmark names are config strings (attn/suite/config.hpp):
 // "sdpa(B=1,H=8,Tq=4096,Tk=4096,Dk=64,Dv=64,mask=none,dtype=float,threads=1,impl=tiled)".
 // FLOPs per attention = 4 B H Tq Tk D (also for causal, so causal shows as higher GFLOP/s); per gemm 2 M N K.
-// Own flags (before Google Benchmark's): --quick (fewer shapes), --reps N, --memory-probe IMPL T.
+// float16 and bfloat16 rows: the tiled kernel on 16-bit storage (float32 arithmetic), against the float gemm.
+// Own flags (before Google Benchmark's): --quick (fewer shapes), --reps N, --memory-probe IMPL T [DTYPE].
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
@@ -41,11 +42,6 @@ attn::Tensor<T> random_tensor(const attn::Shape& shape, unsigned seed) {
     std::normal_distribution<double> normal(0.0, 1.0);
     for (Index i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(normal(gen));
     return t;
-}
-
-template <class T>
-const char* dtype_name() {
-    return sizeof(T) == 4 ? "float" : "double";
 }
 
 // `threads` independent single-threaded gemms at once: the machine's limit for work split the way attention
@@ -119,7 +115,10 @@ void bench_attention(benchmark::State& state, const std::string& impl, Index Tq,
     options.backend = impl == "tiled" ? attn::Backend::Tiled : attn::Backend::Reference;
     attn::Tensor<T> out({B, H, Tq, D});
     for (auto _ : state) {
-        if (impl == "naive") {
+        if constexpr (attn::is_half_v<T>) {
+            auto r = attn::scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+            benchmark::DoNotOptimize(r.output.data());
+        } else if (impl == "naive") {
             naive_attention<T>(q.data(), k.data(), v.data(), out.data(), B * H, Tq, Tk, causal, threads);
             benchmark::DoNotOptimize(out.data());
         } else {
@@ -146,32 +145,40 @@ void register_all(bool quick, int reps_override) {
     for (int threads : {1, 2}) {
         const auto add_dtype = [&]<class T>(T) {
             // Every row is named by its config string (attn/suite/config.hpp); the gemm limit is the op "gemm", one
-            // (Tq x Dk) x (Dk x Tk) product of gemm_size cubed.
+            // (Tq x Dk) x (Dk x Tk) product of gemm_size cubed. 16-bit storage computes in float: its limit is the
+            // float gemm, and it has tiled rows only (the fast path whose target is a fraction of sgemm).
+            constexpr bool sixteen_bit = attn::is_half_v<T>;
             attn::suite::CaseConfig config;
-            config.dtype = std::is_same_v<T, float> ? attn::suite::Dtype::Float : attn::suite::Dtype::Double;
+            config.dtype = attn::suite::dtype_of<T>();
             config.threads = threads;
             attn::suite::CaseConfig gemm = config;
             gemm.op = "gemm";
             gemm.Tq = gemm.Tk = gemm.Dk = gemm.Dv = gemm_size;
             gemm.impl = "blis";
             const std::string gemm_name = gemm.to_config();
-            benchmark::RegisterBenchmark(gemm_name.c_str(),
-                                         [threads](benchmark::State& s) { bench_gemm<T>(s, threads); })
-                ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
+            if constexpr (!sixteen_bit)
+                benchmark::RegisterBenchmark(gemm_name.c_str(),
+                                             [threads](benchmark::State& s) { bench_gemm<T>(s, threads); })
+                    ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
+            const std::vector<const char*> impls =
+                sixteen_bit ? std::vector<const char*>{"tiled"} : std::vector<const char*>{"naive", "reference", "tiled"};
             for (const Shape& sh : shapes)
-                for (const char* impl : {"naive", "reference", "tiled"}) {
+                for (const char* impl : impls) {
                     attn::suite::CaseConfig row = config;
                     row.B = B, row.H = row.kv_heads = H, row.Tq = sh.Tq, row.Tk = sh.Tk, row.Dk = row.Dv = D;
                     row.mask = sh.causal ? "causal-br" : "none";
                     row.impl = impl;
                     const std::string name = row.to_config();
+                    const std::string which = impl;
                     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-                        bench_attention<T>(s, impl, sh.Tq, sh.Tk, sh.causal, threads);
+                        bench_attention<T>(s, which, sh.Tq, sh.Tk, sh.causal, threads);
                     })->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
                 }
         };
         add_dtype(float{});
         add_dtype(double{});
+        add_dtype(attn::float16{});
+        add_dtype(attn::bfloat16{});
     }
 }
 
@@ -181,12 +188,11 @@ long peak_rss_kib() {
     return usage.ru_maxrss;
 }
 
-// One SDPA call (H=1, D=64, float, self-attention, 1 thread) in this process; prints the peak resident memory
-// beyond what the process held with its inputs allocated and touched, and the output's size, in KiB.
-int memory_probe(const std::string& impl, Index T) {
-    const auto q = random_tensor<float>({1, 1, T, D}, 1);
-    const auto k = random_tensor<float>({1, 1, T, D}, 2);
-    const auto v = random_tensor<float>({1, 1, T, D}, 3);
+// One SDPA call (H=1, D=64, self-attention, 1 thread) in this process on storage T. Prints, in KiB: the peak
+// resident memory the inputs added (measured: allocated and touched), the peak beyond what the process held with
+// its inputs, less the output, and the output's size.
+template <class T>
+int memory_probe(const std::string& impl, Index T_len) {
     attn::SdpaOptions options;
     options.num_threads = 1;
     if (impl == "tiled") options.backend = attn::Backend::Tiled;
@@ -195,21 +201,36 @@ int memory_probe(const std::string& impl, Index T) {
         std::fprintf(stderr, "memory probe: impl must be tiled or reference, got %s\n", impl.c_str());
         return 2;
     }
+    // Warm up the allocator and the generator first, so the inputs' figure is their pages alone.
+    { const auto warm_up = random_tensor<T>({1, 1, 64, D}, 0); }
+    const long empty = peak_rss_kib();
+    const auto q = random_tensor<T>({1, 1, T_len, D}, 1);
+    const auto k = random_tensor<T>({1, 1, T_len, D}, 2);
+    const auto v = random_tensor<T>({1, 1, T_len, D}, 3);
     const long before = peak_rss_kib();
     const auto r = attn::scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
     const long after = peak_rss_kib();
-    const long output_kib = static_cast<long>(r.output.numel() * sizeof(float) / 1024);
-    std::printf("{\"impl\": \"%s\", \"T\": %ld, \"H\": 1, \"D\": %ld, \"inputs_kib\": %ld, \"baseline_kib\": %ld, "
-                "\"peak_kib\": %ld, \"output_kib\": %ld, \"beyond_inputs_and_output_kib\": %ld}\n",
-                impl.c_str(), static_cast<long>(T), static_cast<long>(D), static_cast<long>(3 * T * D * 4 / 1024),
-                before, after, output_kib, after - before - output_kib);
+    const long output_kib = static_cast<long>(r.output.numel() * static_cast<Index>(sizeof(T)) / 1024);
+    std::printf("{\"impl\": \"%s\", \"dtype\": \"%s\", \"T\": %ld, \"H\": 1, \"D\": %ld, \"inputs_kib\": %ld, "
+                "\"baseline_kib\": %ld, \"peak_kib\": %ld, \"output_kib\": %ld, \"beyond_inputs_and_output_kib\": %ld}\n",
+                impl.c_str(), attn::suite::to_string(attn::suite::dtype_of<T>()), static_cast<long>(T_len),
+                static_cast<long>(D), before - empty, before, after, output_kib, after - before - output_kib);
     return 0;
+}
+
+int memory_probe(const std::string& impl, Index T_len, const std::string& dtype) {
+    if (dtype == "float") return memory_probe<float>(impl, T_len);
+    if (dtype == "bfloat16") return memory_probe<attn::bfloat16>(impl, T_len);
+    if (dtype == "float16") return memory_probe<attn::float16>(impl, T_len);
+    std::fprintf(stderr, "memory probe: dtype must be float, float16 or bfloat16, got %s\n", dtype.c_str());
+    return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc == 4 && std::strcmp(argv[1], "--memory-probe") == 0) return memory_probe(argv[2], std::atol(argv[3]));
+    if ((argc == 4 || argc == 5) && std::strcmp(argv[1], "--memory-probe") == 0)
+        return memory_probe(argv[2], std::atol(argv[3]), argc == 5 ? argv[4] : "float");
     bool quick = false;
     int reps = 0;
     std::vector<char*> args{argv[0]};

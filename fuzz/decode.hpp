@@ -91,9 +91,13 @@ inline int sixteen_bit_choice(unsigned three_bits) { return three_bits == 7 ? 16
 
 template <class T>
 T from_bits(typename Bits<T>::type bits) {
-    T x;
-    std::memcpy(&x, &bits, sizeof x);
-    return x;
+    if constexpr (attn::is_half_v<T>) {
+        return T::from_bits(bits);
+    } else {
+        T x;
+        std::memcpy(&x, &bits, sizeof x);
+        return x;
+    }
 }
 
 // How wild the values of one case may be. Tame cases are what most users feed (so properties about finite outputs

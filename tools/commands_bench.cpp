@@ -127,6 +127,11 @@ Measured collect(const json& raw_json) {
     return m;
 }
 
+// The dtype whose gemm is a row's limit: 16-bit storage computes in float.
+std::string limit_dtype(const std::string& dtype) {
+    return dtype == "float16" || dtype == "bfloat16" ? "float" : dtype;
+}
+
 // The table, one line per benchmark; its rows as JSON.
 json print_rows(Measured& m) {
     json rows = json::array();
@@ -135,8 +140,8 @@ json print_rows(Measured& m) {
     for (const std::string& name : m.order) {
         const Row& r = m.by_name[name];
         // Ratios to the gemm limit only when its row ran (--filter may leave it out): "-" and null otherwise.
-        const auto gemm = m.gemm_gflops.find({r.dtype, r.threads});
-        const auto gemm_cpu = m.gemm_cpu_ms.find({r.dtype, r.threads});
+        const auto gemm = m.gemm_gflops.find({limit_dtype(r.dtype), r.threads});
+        const auto gemm_cpu = m.gemm_cpu_ms.find({limit_dtype(r.dtype), r.threads});
         const bool have_gemm = gemm != m.gemm_gflops.end() && gemm_cpu != m.gemm_cpu_ms.end();
         const double pct = have_gemm ? 100.0 * r.gflops() / gemm->second : 0.0;
         // Same ratio on the calling thread's CPU time: immune to other processes on 1-thread rows.
@@ -161,33 +166,45 @@ json print_rows(Measured& m) {
     return rows;
 }
 
-// Peak resident memory, one process per measurement; the tiled kernel's figure at T=32768 (or -1) in *tiled_32k.
-json measure_memory(const std::string& binary, bool quick, double* tiled_32k) {
-    // Peak resident memory, one process per measurement so no allocation of one run hides in another's peak.
+// Peak resident memory, one process per measurement (so no allocation of one run hides in another's peak).
+struct MemoryFigures {
+    double tiled_32k = -1;  // tiled float at T=32768, MiB beyond inputs and output (-1: not measured)
+    // Inputs' measured resident memory per dtype at the 16-bit probe's T, KiB (absent: not measured).
+    std::map<std::string, double> inputs_kib;
+};
+
+json measure_memory(const std::string& binary, bool quick, MemoryFigures* figures) {
     json memory = json::array();
-    std::printf("\npeak memory beyond inputs and output (H=1, D=64, float, 1 thread, separate processes)\n");
-    std::printf("%-9s %6s %14s\n", "impl", "T", "MiB");
+    std::printf("\npeak memory (H=1, D=64, self, 1 thread, separate processes; MiB)\n");
+    std::printf("%-9s %-8s %6s %8s %16s\n", "impl", "dtype", "T", "inputs", "beyond in + out");
     const std::vector<long> Ts = quick ? std::vector<long>{4096} : std::vector<long>{4096, 16384, 32768};
-    *tiled_32k = -1;
+    const long half_T = quick ? 4096 : 16384;  // the 16-bit probes: tiled only
+    std::vector<std::tuple<std::string, std::string, long>> probes;
     for (long T : Ts)
-        for (const char* impl : {"reference", "tiled"}) {
-            const std::string out = capture("'" + binary + "' --memory-probe " + impl + " " + std::to_string(T));
-            try {
-                const json m = json::parse(out);
-                const double mib = m["beyond_inputs_and_output_kib"].get<double>() / 1024.0;
-                std::printf("%-9s %6ld %14.1f\n", impl, T, mib);
-                memory.push_back(m);
-                if (T == 32768 && std::string(impl) == "tiled") *tiled_32k = mib;
-            } catch (const json::exception&) {
-                std::printf("%-9s %6ld %14s\n", impl, T, "failed");
-            }
+        for (const char* impl : {"reference", "tiled"}) probes.emplace_back(impl, "float", T);
+    for (const char* dtype : {"bfloat16", "float16"}) probes.emplace_back("tiled", dtype, half_T);
+    for (const auto& [impl, dtype, T] : probes) {
+        const std::string out =
+            capture("'" + binary + "' --memory-probe " + impl + " " + std::to_string(T) + " " + dtype);
+        try {
+            const json m = json::parse(out);
+            const double inputs = m["inputs_kib"].get<double>();
+            const double mib = m["beyond_inputs_and_output_kib"].get<double>() / 1024.0;
+            std::printf("%-9s %-8s %6ld %8.1f %16.1f\n", impl.c_str(), dtype.c_str(), T, inputs / 1024.0, mib);
+            memory.push_back(m);
+            if (T == 32768 && impl == "tiled" && dtype == "float") figures->tiled_32k = mib;
+            if (T == half_T && impl == "tiled") figures->inputs_kib[dtype] = inputs;
+        } catch (const json::exception&) {
+            std::printf("%-9s %-8s %6ld %8s\n", impl.c_str(), dtype.c_str(), T, "failed");
         }
+    }
 
     return memory;
 }
 
 // The targets of the fast path, from this run's rows.
-void print_targets(Measured& m, bool quick, double tiled_32k) {
+void print_targets(Measured& m, bool quick, const MemoryFigures& memory) {
+    const double tiled_32k = memory.tiled_32k;
     auto& gemm_gflops = m.gemm_gflops;
     auto& gemm_cpu_ms = m.gemm_cpu_ms;
     // The targets of the fast path, from this run's rows.
@@ -229,7 +246,24 @@ void print_targets(Measured& m, bool quick, double tiled_32k) {
            false, "x");
     target("tiled double 1 thread, % of dgemm", d1 && dgemm,
            d1 && dgemm ? 100 * d1->gflops() / gemm_gflops[{"double", 1}] : 0, 70, true, "%");
+    for (const char* half : {"bfloat16", "float16"}) {
+        const Row* h1 = find("tiled", half, 1, "self", T);
+        const std::string what = std::string("tiled ") + half + " 1 thread, % of sgemm";
+        target(what.c_str(), h1 && sgemm, h1 && sgemm ? 100 * h1->gflops() / gemm_gflops[{"float", 1}] : 0, 75, true,
+               "%");
+    }
     target("tiled memory at T=32768 beyond inputs and output", tiled_32k >= 0, tiled_32k, 64, false, " MiB");
+    // Half the input memory of float, as measured (resident pages): each of the three inputs may hold one page
+    // (4 KiB) more than its bytes, which is the slack over one half.
+    const auto inputs = [&](const char* dtype) {
+        const auto it = memory.inputs_kib.find(dtype);
+        return it == memory.inputs_kib.end() ? -1.0 : it->second;
+    };
+    for (const char* half : {"bfloat16", "float16"}) {
+        const double h = inputs(half), f = inputs("float");
+        const std::string what = std::string("tiled ") + half + " inputs / float inputs, memory";
+        target(what.c_str(), h > 0 && f > 0, h > 0 && f > 0 ? h / f : 0, f > 0 ? 0.5 + 3 * 4 / f : 0.5, false, "x");
+    }
     // The 1-thread ratios again on CPU time, for runs on a machine other processes share.
     const auto pct_cpu = [&](const Row* r, const char* dtype) {
         return 100.0 * gemm_cpu_ms[{dtype, 1}] / (r->cpu_median() / r->flop);
@@ -302,9 +336,9 @@ Action add_bench_command(CLI::App& app) {
 
         Measured measured = collect(raw_json);
         const json rows = print_rows(measured);
-        double tiled_32k = -1;
-        const json memory = measure_memory(binary, quick, &tiled_32k);
-        print_targets(measured, quick, tiled_32k);
+        MemoryFigures figures;
+        const json memory = measure_memory(binary, quick, &figures);
+        print_targets(measured, quick, figures);
 
         if (!json_path.empty()) {
             std::ofstream out(json_path);
