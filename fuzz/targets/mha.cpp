@@ -4,7 +4,8 @@
 //     each query head reading kv head h / (H/G), expanded here; on small cases it is within the oracle's bound;
 //   - the module: forward == forward_blocked with the negated masks == forward_cross / forward_self where they
 //     apply (bitwise); the predicted error kind; finite outputs from finite inputs; head-averaged weights are the
-//     mean of the per-head weights within (H + 1) u.
+//     mean of the per-head weights within (H + 1) u (plus one rounding on 16-bit storage).
+// Float cases run in float16 or bfloat16 too (a quarter of them), like the sdpa target's.
 #include <cstring>
 
 #include "../candidate.hpp"
@@ -31,15 +32,33 @@ Tensor<T> expand_heads(const TensorView<const T>& x, Index B, Index H) {
     return out;
 }
 
+// The sizes of a head-path case, read before its dtype is known (the profile byte, the last of them, chooses it).
+struct HeadPathSizes {
+    Index B, Tq, Tk, Dk, Dv, G, H;
+    bool k_batch_broadcast, v_batch_broadcast;
+    std::uint8_t profile_bits;
+    static HeadPathSizes decode(FuzzedDataProvider& in) {
+        HeadPathSizes s{};
+        s.B = 1 + in.ConsumeIntegralInRange<Index>(0, 1);
+        s.Tq = 1 + in.ConsumeIntegralInRange<Index>(0, 5);
+        s.Tk = 1 + in.ConsumeIntegralInRange<Index>(0, 5);
+        s.Dk = 1 + in.ConsumeIntegralInRange<Index>(0, 3);
+        s.Dv = 1 + in.ConsumeIntegralInRange<Index>(0, 3);
+        s.G = 1 + in.ConsumeIntegralInRange<Index>(0, 2);
+        s.H = s.G * (1 + in.ConsumeIntegralInRange<Index>(0, 2));
+        s.k_batch_broadcast = in.ConsumeBool();
+        s.v_batch_broadcast = in.ConsumeBool();
+        s.profile_bits = in.ConsumeIntegral<std::uint8_t>();
+        return s;
+    }
+};
+
 // The head path against the head-split computation and the oracle.
 template <class T>
-void run_head_path(FuzzedDataProvider& in) {
-    const Index B = 1 + in.ConsumeIntegralInRange<Index>(0, 1), Tq = 1 + in.ConsumeIntegralInRange<Index>(0, 5),
-                Tk = 1 + in.ConsumeIntegralInRange<Index>(0, 5), Dk = 1 + in.ConsumeIntegralInRange<Index>(0, 3),
-                Dv = 1 + in.ConsumeIntegralInRange<Index>(0, 3);
-    const Index G = 1 + in.ConsumeIntegralInRange<Index>(0, 2), H = G * (1 + in.ConsumeIntegralInRange<Index>(0, 2));
-    const bool k_batch_broadcast = in.ConsumeBool(), v_batch_broadcast = in.ConsumeBool();
-    const auto profile_bits = in.ConsumeIntegral<std::uint8_t>();
+void run_head_path(FuzzedDataProvider& in, const HeadPathSizes& sizes) {
+    const Index B = sizes.B, Tq = sizes.Tq, Tk = sizes.Tk, Dk = sizes.Dk, Dv = sizes.Dv, G = sizes.G, H = sizes.H;
+    const bool k_batch_broadcast = sizes.k_batch_broadcast, v_batch_broadcast = sizes.v_batch_broadcast;
+    const auto profile_bits = sizes.profile_bits;
     const ValueProfile profile{(profile_bits & 3u) == 3u, false};
     SdpaOptions options = decode_options(in, false);
     const Dims dims{{B, H}, Tq, Tk, Dk, Dv};
@@ -55,7 +74,7 @@ void run_head_path(FuzzedDataProvider& in) {
         mask = make_mask(in, spec, spec.shape);
         allowed_mask = mask->view;
     }
-    current_config() = std::string("mha(head_path,dtype=") + (std::is_same_v<T, float> ? "float" : "double") +
+    current_config() = std::string("mha(head_path,dtype=") + dtype_name<T>() +
                        ",B=" + std::to_string(B) + ",H=" + std::to_string(H) + ",G=" + std::to_string(G) + ",Tq=" +
                        std::to_string(Tq) + ",Tk=" + std::to_string(Tk) + ",Dk=" + std::to_string(Dk) + ",Dv=" +
                        std::to_string(Dv) + ",mask=" + kind_name(spec.kind) + (mask ? to_string(spec.shape) : "") +
@@ -83,27 +102,43 @@ void run_head_path(FuzzedDataProvider& in) {
 #endif
 }
 
+// The configuration of a module case, read before its dtype is known (the profile byte, the last, chooses it).
+struct ModuleSizes {
+    Index B, Tq, Tk, H;
+    MhaConfig config;
+    std::uint8_t profile_bits;
+    static ModuleSizes decode(FuzzedDataProvider& in) {
+        ModuleSizes s{};
+        s.B = 1 + in.ConsumeIntegralInRange<Index>(0, 1);
+        s.Tq = 1 + in.ConsumeIntegralInRange<Index>(0, 4);
+        s.Tk = 1 + in.ConsumeIntegralInRange<Index>(0, 4);
+        MhaConfig& config = s.config;
+        const Index G = 1 + in.ConsumeIntegralInRange<Index>(0, 1), H = G * (1 + in.ConsumeIntegralInRange<Index>(0, 2)),
+                    Dh = 1 + in.ConsumeIntegralInRange<Index>(0, 2);
+        s.H = H;
+        config.num_heads = H;
+        config.embed_dim = H * Dh;
+        if (in.ConsumeBool()) config.num_kv_heads = G;
+        if (in.ConsumeBool()) config.kdim = 1 + in.ConsumeIntegralInRange<Index>(0, 4);
+        if (in.ConsumeBool()) config.vdim = 1 + in.ConsumeIntegralInRange<Index>(0, 4);
+        config.bias = in.ConsumeBool();
+        config.init_seed = in.ConsumeIntegral<std::uint8_t>();
+        const auto fault = in.ConsumeIntegral<std::uint8_t>();
+        if (fault >= 248) config.embed_dim += 1;             // E % H != 0 (unless H = 1)
+        else if (fault >= 244) config.num_kv_heads = H + 1;  // H % G != 0
+        else if (fault >= 240) config.kdim = 0;              // a size < 1
+        s.profile_bits = in.ConsumeIntegral<std::uint8_t>();
+        return s;
+    }
+};
+
 // The module: conventions, entry points, errors, finite outputs, averaged weights.
 template <class T>
-void run_module(FuzzedDataProvider& in) {
-    const Index B = 1 + in.ConsumeIntegralInRange<Index>(0, 1), Tq = 1 + in.ConsumeIntegralInRange<Index>(0, 4),
-                Tk = 1 + in.ConsumeIntegralInRange<Index>(0, 4);
-    MhaConfig config;
-    const Index G = 1 + in.ConsumeIntegralInRange<Index>(0, 1), H = G * (1 + in.ConsumeIntegralInRange<Index>(0, 2)),
-                Dh = 1 + in.ConsumeIntegralInRange<Index>(0, 2);
-    config.num_heads = H;
-    config.embed_dim = H * Dh;
-    if (in.ConsumeBool()) config.num_kv_heads = G;
-    if (in.ConsumeBool()) config.kdim = 1 + in.ConsumeIntegralInRange<Index>(0, 4);
-    if (in.ConsumeBool()) config.vdim = 1 + in.ConsumeIntegralInRange<Index>(0, 4);
-    config.bias = in.ConsumeBool();
-    config.init_seed = in.ConsumeIntegral<std::uint8_t>();
-    const auto fault = in.ConsumeIntegral<std::uint8_t>();
-    if (fault >= 248) config.embed_dim += 1;                                // E % H != 0 (unless H = 1)
-    else if (fault >= 244) config.num_kv_heads = H + 1;                     // H % G != 0
-    else if (fault >= 240) config.kdim = 0;                                 // a size < 1
+void run_module(FuzzedDataProvider& in, const ModuleSizes& sizes) {
+    const Index B = sizes.B, Tq = sizes.Tq, Tk = sizes.Tk, H = sizes.H;
+    MhaConfig config = sizes.config;
     const Index E = config.embed_dim, kdim = config.kdim.value_or(E), vdim = config.vdim.value_or(E);
-    const auto profile_bits = in.ConsumeIntegral<std::uint8_t>();
+    const auto profile_bits = sizes.profile_bits;
     const ValueProfile profile{(profile_bits & 3u) == 3u, false};
     MhaOptions options;
     const SdpaOptions sdpa_options = decode_options(in, false);
@@ -153,7 +188,7 @@ void run_module(FuzzedDataProvider& in) {
         pad = make_mask(in, pad_spec, {B, Tk});
         options.key_padding_allowed = pad->view;
     }
-    current_config() = std::string("mha(module,dtype=") + (std::is_same_v<T, float> ? "float" : "double") + ",B=" +
+    current_config() = std::string("mha(module,dtype=") + dtype_name<T>() + ",B=" +
                        std::to_string(B) + ",Tq=" + std::to_string(Tq) + ",Tk=" + std::to_string(Tk) + ",E=" +
                        std::to_string(E) + ",H=" + std::to_string(H) + ",G=" + std::to_string(module->num_kv_heads()) +
                        ",kdim=" + std::to_string(kdim) + ",vdim=" + std::to_string(vdim) + ",bias=" +
@@ -232,9 +267,15 @@ void run_module(FuzzedDataProvider& in) {
         per_head.weights = MhaWeights::PerHead;
         const MhaResult<T> heads = module->forward(x.view, mem_k.view, mem_v.view, allowed_mask, per_head);
         ATTN_FUZZ_REQUIRE(r.weights && r.weights->shape() == (Shape{B, Tq, Tk}), "head-average weights shape");
-        // Mean of H weights in [0, 1]: H - 1 additions and one division, each a relative error <= u on a partial sum
-        // <= H, then / H: |error| <= (H + 1) u (first order; the factor 2 covers the second-order terms).
-        const double bound = 2.0 * static_cast<double>(H + 1) * std::numeric_limits<T>::epsilon() / 2;
+        // Mean of H weights in [0, 1], in the compute type C: H - 1 additions and one division, each a relative
+        // error <= u_C on a partial sum <= H, then / H: |y - mean| <= 2 (H + 1) u_C (first order (H + 1) u_C; the
+        // factor 2 covers the second-order terms). On 16-bit storage y is then rounded once: |fl(y) - y| <= u_S |y|,
+        // |y| <= 1 + 2 (H + 1) u_C (0 for float and double, which are their own compute type).
+        using C = compute_t<T>;
+        const double u_c = std::numeric_limits<C>::epsilon() / 2.0;
+        const double u_s = is_half_v<T> ? static_cast<double>(std::numeric_limits<T>::epsilon()) / 2.0 : 0.0;
+        const double in_c = 2.0 * static_cast<double>(H + 1) * u_c;
+        const double bound = in_c + u_s * (1.0 + in_c);
         for (Index b = 0; b < B; ++b)
             for (Index i = 0; i < Tq; ++i)
                 for (Index j = 0; j < Tk; ++j) {
@@ -259,12 +300,25 @@ void run_module(FuzzedDataProvider& in) {
 }  // namespace attn::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    using namespace attn::fuzz;
     FuzzedDataProvider in(data, size);
-    switch (in.ConsumeIntegralInRange<int>(0, 3)) {
-        case 0: attn::fuzz::run_head_path<float>(in); break;
-        case 1: attn::fuzz::run_head_path<double>(in); break;
-        case 2: attn::fuzz::run_module<float>(in); break;
-        default: attn::fuzz::run_module<double>(in); break;
+    // The selector byte: its low two bits choose the case (head path or module, float or double); in a float case
+    // its top three bits, which nothing else reads, choose float16 or bfloat16 instead (sixteen_bit_choice), so the
+    // rest of the bytes mean the same case whatever the type.
+    const auto selector = in.ConsumeIntegral<std::uint8_t>();  // the byte ConsumeIntegralInRange(0, 3) would read
+    const int which = selector % 4, half = sixteen_bit_choice(selector >> 5);
+    if (which == 0 || which == 1) {
+        const HeadPathSizes sizes = HeadPathSizes::decode(in);
+        if (which == 1) run_head_path<double>(in, sizes);
+        else if (half == 16) run_head_path<attn::float16>(in, sizes);
+        else if (half == 8) run_head_path<attn::bfloat16>(in, sizes);
+        else run_head_path<float>(in, sizes);
+    } else {
+        const ModuleSizes sizes = ModuleSizes::decode(in);
+        if (which == 3) run_module<double>(in, sizes);
+        else if (half == 16) run_module<attn::float16>(in, sizes);
+        else if (half == 8) run_module<attn::bfloat16>(in, sizes);
+        else run_module<float>(in, sizes);
     }
     return 0;
 }

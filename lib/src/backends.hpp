@@ -27,6 +27,11 @@ void sdpa_tiled(const SdpaProblem<T>& problem, const std::vector<Readability>& r
 template <class T>
 void tiled_exp(T* x, Index n);
 
+// y[i] = float(x[i]) for i < n with the SIMD conversion the tiled kernel packs 16-bit q, k and v with, so it can be
+// checked against the scalar one (attn/half.hpp) on every pattern and target.
+template <class S>
+void tiled_widen(const S* x, Index n, float* y);
+
 // SIMD dispatch of the tiled kernel (sdpa_tiled.cpp): the Highway targets compiled in (a HWY_TARGETS mask) and
 // the one HWY_DYNAMIC_DISPATCH runs now (a single target bit).
 std::int64_t simd_compiled_targets();

@@ -19,7 +19,9 @@
 // model covers: every target's Exp is measured within tiled_exp_max_ulps (lib/tests/tiled_test.cpp).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
@@ -79,13 +81,67 @@ struct Workspace {
     std::vector<Index> keys;  // readable key positions of batch element b, ascending
     Buffer<T> kp, vp, qp, sp, acc, blk;  // blk: one key block's P V for one query panel, before it joins acc
     std::vector<T> row_max, row_sum;  // per lane (query)
+    std::vector<T> row;               // one q, k or v row in the compute type while it is packed (row_values)
     std::vector<Index> row_end;       // per lane: readable keys [0, row_end) pass the causal rule
     std::vector<Index> panel_end, panel_all_see;  // per query panel: max and min of row_end over its rows
 };
 
+// 16-bit storage -> float32, exactly, one vector at a time: bfloat16 is the top half of a float; a float16's
+// exponent-and-significand field shifted into float's place and multiplied by 2^112 (re-biasing 15 -> 127; exact,
+// subnormals included), except inf/NaN (field >= 0x7c00), which get float's all-ones exponent, payload kept. The
+// bits are those of the scalar conversion (attn/half.hpp) on every target (lib/tests/tiled_test.cpp checks all 2^16
+// patterns); Highway 1.0.3's own float16 PromoteTo is not used: without F16C it turns inf/NaN into finite values.
+template <class D>
+hn::VFromD<D> widen_bits(D df, hn::VFromD<hn::RebindToUnsigned<D>> h, bfloat16*) {
+    return hn::BitCast(df, hn::ShiftLeft<16>(h));
+}
+template <class D>
+hn::VFromD<D> widen_bits(D df, hn::VFromD<hn::RebindToUnsigned<D>> h, float16*) {
+    const hn::RebindToUnsigned<D> du;
+    const hn::RebindToSigned<D> di;
+    const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
+    const auto field = hn::And(h, hn::Set(du, 0x7fffu));
+    const auto shifted = hn::ShiftLeft<13>(field);
+    const auto finite = hn::Mul(hn::BitCast(df, shifted), hn::Set(df, 0x1p112f));
+    const auto special = hn::BitCast(df, hn::Or(shifted, hn::Set(du, 0x7f80'0000u)));
+    const auto is_special = hn::RebindMask(df, hn::Gt(hn::BitCast(di, field), hn::Set(di, 0x7bff)));
+    return hn::Or(hn::IfThenElse(is_special, special, finite), hn::BitCast(df, sign));
+}
+
+// dst[i] = float(src[i]) for i < n, SIMD (the packing loops' conversion from 16-bit storage).
+template <class S>
+void widen(const S* src, Index n, float* dst) {
+    const hn::ScalableTag<float> df;
+    const hn::RebindToUnsigned<decltype(df)> du32;
+    const hn::Rebind<std::uint16_t, decltype(df)> du16;
+    const Index N = static_cast<Index>(hn::Lanes(df));
+    const auto* bits = reinterpret_cast<const std::uint16_t*>(src);  // both types are one uint16_t (attn/half.hpp)
+    Index i = 0;
+    for (; i + N <= n; i += N)
+        hn::StoreU(widen_bits(df, hn::PromoteTo(du32, hn::LoadU(du16, bits + i)), static_cast<S*>(nullptr)), df,
+                   dst + i);
+    for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+// The n values row[0], row[stride], ... in the compute type T: the row itself when it is already contiguous T,
+// else converted into tmp (SIMD from contiguous 16-bit storage). Exact in every case.
+template <class S, class T>
+const T* row_values(const S* row, Index stride, Index n, T* tmp) {
+    if constexpr (std::is_same_v<S, T>) {
+        if (stride == 1) return row;
+    } else {
+        if (stride == 1) {
+            widen(row, n, tmp);
+            return tmp;
+        }
+    }
+    for (Index d = 0; d < n; ++d) tmp[d] = static_cast<T>(row[d * stride]);
+    return tmp;
+}
+
 // k -> key blocks of Bk keys, each as mr-key panels: panel element (key r, dim p) at p * mr + r (zero padded);
 // v -> mr-dim panels over all n keys: element (key c, dim r) at c * mr + r. Unreadable rows never enter. Storage S
-// converts to the compute type T here (exactly), once per batch element and thread.
+// converts to the compute type T here (exactly, row_values), once per batch element and thread.
 template <class S, class T>
 void pack_keys(const SdpaProblem<S>& p, const Readability& r, Index b, Layout& L, Workspace<T>& w) {
     w.b = b;
@@ -104,20 +160,20 @@ void pack_keys(const SdpaProblem<S>& p, const Readability& r, Index b, Layout& L
             T* panel = block + ip * L.ps_k;
             for (Index rr = 0; rr < L.mr; ++rr) {
                 const Index c = ip * L.mr + rr;
-                const S* krow = c < nb ? p.k_row(b, w.keys[c0 + c]) : nullptr;
-                for (Index d = 0; d < p.Dk; ++d) panel[d * L.mr + rr] = krow ? static_cast<T>(krow[d * ks]) : T(0);
+                const T* krow = c < nb ? row_values(p.k_row(b, w.keys[c0 + c]), ks, p.Dk, w.row.data()) : nullptr;
+                for (Index d = 0; d < p.Dk; ++d) panel[d * L.mr + rr] = krow ? krow[d] : T(0);
             }
         }
     }
     L.ps_v = round_up(std::max<Index>(n, 1) * L.mr, 16);
     T* vp = w.vp.get(L.dv_panels * L.ps_v);
-    for (Index id = 0; id < L.dv_panels; ++id) {
-        T* panel = vp + id * L.ps_v;
-        for (Index c = 0; c < n; ++c) {
-            const S* vrow = p.v_row(b, w.keys[c]);
+    for (Index c = 0; c < n; ++c) {
+        const T* vrow = row_values(p.v_row(b, w.keys[c]), vs, p.Dv, w.row.data());
+        for (Index id = 0; id < L.dv_panels; ++id) {
+            T* panel = vp + id * L.ps_v + c * L.mr;
             for (Index rr = 0; rr < L.mr; ++rr) {
                 const Index d = id * L.mr + rr;
-                panel[c * L.mr + rr] = d < p.Dv ? static_cast<T>(vrow[d * vs]) : T(0);
+                panel[rr] = d < p.Dv ? vrow[d] : T(0);
             }
         }
     }
@@ -199,8 +255,8 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
     for (Index jq = 0; jq < panels; ++jq)
         for (Index rr = 0; rr < nr; ++rr) {
             const Index i = jq * nr + rr;
-            const S* qrow = i < rows ? p.q_row(b, i0 + i) : nullptr;
-            for (Index d = 0; d < Dk; ++d) qp[jq * L.ps_q + d * nr + rr] = qrow ? static_cast<T>(qrow[d * qs]) : T(0);
+            const T* qrow = i < rows ? row_values(p.q_row(b, i0 + i), qs, Dk, w.row.data()) : nullptr;
+            for (Index d = 0; d < Dk; ++d) qp[jq * L.ps_q + d * nr + rr] = qrow ? qrow[d] : T(0);
         }
     T* acc = w.acc.get(L.q_panels * L.Dv_pad * nr);  // panel jq: (Dv_pad, nr)
     T* sp = w.sp.get(L.q_panels * L.Bk_pad * nr);    // panel jq: (Bk_pad, nr), s^T then p^T
@@ -372,6 +428,7 @@ void sdpa_tiled_impl(const SdpaProblem<S>& p, const std::vector<Readability>& re
             w.row_end.resize(static_cast<std::size_t>(base.q_panels * base.nr));
             w.panel_end.resize(static_cast<std::size_t>(base.q_panels));
             w.panel_all_see.resize(static_cast<std::size_t>(base.q_panels));
+            w.row.resize(static_cast<std::size_t>(std::max<Index>({p.Dk, p.Dv, 1})));
         }
         if (w.b != b) pack_keys(p, r, b, L, w);
         tile(p, r, options, b, i0, i1, L, w, output + b * p.Tq * p.Dv + i0 * p.Dv);
@@ -407,6 +464,8 @@ void sdpa_tiled_bfloat16(const SdpaProblem<bfloat16>& p, const std::vector<Reada
     sdpa_tiled_impl(p, r, o, out);
 }
 void tiled_exp_float(float* x, Index n) { tiled_exp_impl(x, n); }
+void tiled_widen_float16(const float16* x, Index n, float* y) { widen(x, n, y); }
+void tiled_widen_bfloat16(const bfloat16* x, Index n, float* y) { widen(x, n, y); }
 void tiled_exp_double(double* x, Index n) { tiled_exp_impl(x, n); }
 std::int64_t compiled_target() { return HWY_TARGET; }
 
@@ -423,6 +482,8 @@ HWY_EXPORT(sdpa_tiled_float16);
 HWY_EXPORT(sdpa_tiled_bfloat16);
 HWY_EXPORT(tiled_exp_float);
 HWY_EXPORT(tiled_exp_double);
+HWY_EXPORT(tiled_widen_float16);
+HWY_EXPORT(tiled_widen_bfloat16);
 HWY_EXPORT(compiled_target);
 
 template <>
@@ -458,6 +519,17 @@ template <>
 void tiled_exp<double>(double* x, Index n) {
     apply_simd_target_from_environment();
     HWY_DYNAMIC_DISPATCH(tiled_exp_double)(x, n);
+}
+
+template <>
+void tiled_widen<float16>(const float16* x, Index n, float* y) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(tiled_widen_float16)(x, n, y);
+}
+template <>
+void tiled_widen<bfloat16>(const bfloat16* x, Index n, float* y) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(tiled_widen_bfloat16)(x, n, y);
 }
 
 std::int64_t simd_compiled_targets() { return HWY_TARGETS; }

@@ -460,3 +460,29 @@ TEST_CASE("tiled's block sizes are options: negative ones are refused by name, a
             }
     }
 }
+
+TEMPLATE_TEST_CASE("on every SIMD target, the kernel's packing converts every 16-bit pattern to the float the scalar "
+                   "conversion gives, bit for bit",
+                   "[tiled][half]", float16, bfloat16) {
+    // All 2^16 patterns (zeros, subnormals, normals, both infinities, quiet and signalling NaNs), at every offset
+    // of the vector loop and its scalar tail: the row length 65536 + 7 is no multiple of any lane count.
+    const std::string forced = simd_target();
+    std::vector<TestType> x(65536 + 7);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = TestType::from_bits(static_cast<std::uint16_t>(i));
+    const std::vector<std::string> targets =
+        std::getenv("ATTN_SIMD_TARGET") ? std::vector<std::string>{forced} : simd_targets();
+    for (const std::string& target : targets) {
+        force_simd_target(target);
+        std::vector<float> y(x.size(), -1.0f);
+        detail::tiled_widen(x.data(), static_cast<Index>(x.size()), y.data());
+        std::size_t differ = 0, first = 0;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            const float scalar = static_cast<float>(x[i]);
+            if (std::memcmp(&scalar, &y[i], sizeof scalar) != 0 && differ++ == 0) first = i;
+        }
+        INFO("target " << target << ": " << differ << " patterns differ, the first 0x" << std::hex
+                       << x[first].bits);
+        CHECK(differ == 0);
+    }
+    force_simd_target(forced);
+}
