@@ -19,6 +19,7 @@ CaseConfig config_of(const SdpaCase& c, const std::string& impl) {
     config.mask = c.mask_kind;
     config.mask_rank = c.allowed_mask ? c.allowed_mask->rank() : 0;
     config.mask_stride0 = c.mask_stride0;
+    config.window = c.options.window;
     config.kv_heads = c.kv_heads;
     config.dtype = c.dtype;
     config.values = c.distribution;
@@ -158,6 +159,10 @@ std::string to_json(const CaseFile& f) {
     j["options"] = {{"scale", c.options.scale ? json(hex(*c.options.scale)) : json(nullptr)},
                     {"is_causal", c.options.is_causal},
                     {"alignment", attn::to_string(c.options.alignment)},
+                    {"window", c.options.window ? json{{"left", c.options.window->left},
+                                                       {"right", c.options.window->right},
+                                                       {"alignment", attn::to_string(c.options.window->alignment)}}
+                                                : json(nullptr)},
                     {"empty_rows", attn::to_string(c.options.empty_rows)},
                     {"check_finite", c.options.check_finite},
                     {"num_threads", c.options.num_threads}};
@@ -212,6 +217,13 @@ CaseFile case_from_json(const std::string& text, const std::string& origin) {
         c.options.is_causal = o.at("is_causal");
         c.options.alignment =
             o.at("alignment").get<std::string>() == "bottom-right" ? CausalAlignment::BottomRight : CausalAlignment::TopLeft;
+        if (o.contains("window") && !o.at("window").is_null()) {
+            const json& w = o.at("window");
+            c.options.window = SlidingWindow{w.at("left").get<Index>(), w.at("right").get<Index>(),
+                                             w.at("alignment").get<std::string>() == "top-left"
+                                                 ? CausalAlignment::TopLeft
+                                                 : CausalAlignment::BottomRight};
+        }
         c.options.empty_rows = policy_from(o.at("empty_rows").get<std::string>(), origin);
         c.options.check_finite = o.at("check_finite");
         c.options.num_threads = o.value("num_threads", 0);

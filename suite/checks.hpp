@@ -180,8 +180,17 @@ inline SdpaCase with_identity_values(const SdpaCase& c) {
 // The explicit allowed mask of a case expanded to (B, H, Tq, Tk), causal option folded in (for properties that
 // permute or perturb it). Independent of the library's problem description (lib/src/problem.cpp) on purpose, like
 // the fuzzers' model: it is what the library's broadcasting and readability are checked against, so a bug there
-// must not reach both sides. It shares only the causal rule (attn::causal_allows) and TensorView::broadcast_to.
+// must not reach both sides. It shares only the causal rule (attn::causal_allows) and TensorView::broadcast_to; the
+// window is window_allows below.
 Tensor<bool> expanded_allowed(const SdpaCase& c);
+
+// The sliding window's semantics as the suite states them, written out and independent of attn::PositionRule:
+// FlashAttention's i + Tk - Tq - left <= j <= i + Tk - Tq + right (bottom-right), JAX's i - left <= j <= i + right
+// (top-left), a side of -1 unbounded.
+bool window_allows(const SlidingWindow& w, Index i, Index j, Index Tq, Index Tk);
+
+// The case with its positional options (is_causal, window) dropped, for properties that fold them into a mask.
+void drop_positional_options(SdpaCase& c);
 
 // The library's own paths among the implementations (its two backends, the tiled one with small blocks, and the
 // module's head path), for properties of sizes and inputs the test kernels of kernels/ do not implement.

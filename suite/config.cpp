@@ -86,6 +86,11 @@ const std::string& checked(const std::string& value, const char* field) {
     return value;
 }
 
+std::string window_field(const SlidingWindow& w) {
+    return std::to_string(w.left) + ":" + std::to_string(w.right) + ":" +
+           (w.alignment == CausalAlignment::TopLeft ? "tl" : "br");
+}
+
 std::string hex(std::uint64_t x) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(x));
@@ -100,6 +105,7 @@ std::string CaseConfig::to_config() const {
       << ",mask=" << checked(mask, "mask");
     if (mask_rank > 0) s << "-r" << mask_rank;
     if (mask_stride0) s << "-stride0";
+    if (window) s << ",window=" << window_field(*window);
     if (kv_heads != H) s << ",kv_heads=" << kv_heads;
     s << ",dtype=" << to_string(dtype);
     if (values != "normal") s << ",values=" << checked(values, "values");
@@ -192,6 +198,14 @@ CaseConfig parse_config(const std::string& text) {
                 kind.resize(r);
             }
             c.mask = checked(kind, "mask");
+        } else if (key == "window") {
+            const auto a = value.find(':'), b = value.rfind(':');
+            const std::string side = b == std::string::npos ? "" : value.substr(b + 1);
+            if (a == std::string::npos || a == b || (side != "tl" && side != "br"))
+                throw ConfigError("config string '" + text + "': window=" + value + " is not LEFT:RIGHT:tl|br");
+            c.window = SlidingWindow{parse_int<Index>(text, "window's left", value.substr(0, a)),
+                                     parse_int<Index>(text, "window's right", value.substr(a + 1, b - a - 1)),
+                                     side == "tl" ? CausalAlignment::TopLeft : CausalAlignment::BottomRight};
         } else if (key == "dtype") {
             c.dtype = dtype_from_string(value, "config string '" + text + "'");
         } else if (key == "values") c.values = checked(value, "values");
@@ -211,7 +225,7 @@ CaseConfig parse_config(const std::string& text) {
         else if (key == "impl") c.impl = checked(value, "impl");
         else
             throw ConfigError("config string '" + text + "': unknown field '" + key +
-                              "' (known: B, H, Tq, Tk, Dk, Dv, mask, kv_heads, dtype, values, logit_std, seed, scale, "
+                              "' (known: B, H, Tq, Tk, Dk, Dv, mask, window, kv_heads, dtype, values, logit_std, seed, scale, "
                               "empty_rows, check_finite, threads, impl)");
     }
     for (const char* required : {"B", "H", "Tq", "Tk", "Dk", "Dv", "mask", "dtype", "impl"})
@@ -246,6 +260,7 @@ std::vector<std::string> field_values(const CaseConfig& c, const std::string& ke
         const std::string full = config_fields(c.to_config())[7].second;  // op, B, H, Tq, Tk, Dk, Dv, mask
         return {full, c.mask};
     }
+    if (key == "window") return {opt(c.window, "none", window_field)};
     if (key == "kv_heads") return {std::to_string(c.kv_heads)};
     if (key == "dtype") return {to_string(c.dtype)};
     if (key == "values") return {c.values};

@@ -78,15 +78,20 @@ SdpaResult<T> run_external(KernelProcess& kernel, TensorView<const T> q, TensorV
     const bool has_bool = (info.masks & ATTN_KERNEL_MASK_BOOL) != 0;
     if (p.allowed_mask && !has_bool) throw Unsupported("an explicit allowed_mask (the kernel declares no bool masks)");
     int causal = ATTN_KERNEL_NOT_CAUSAL;
-    bool fold_causal = false;  // causal given to the kernel as part of its bool mask
-    if (p.is_causal) {
-        const bool tl = p.alignment == CausalAlignment::TopLeft;
+    PositionRule folded;  // the positional rules given to the kernel as part of its bool mask
+    if (p.positions.is_causal) {
+        const bool tl = p.positions.alignment == CausalAlignment::TopLeft;
         if (info.masks & (tl ? ATTN_KERNEL_CAUSAL_TOP_LEFT : ATTN_KERNEL_CAUSAL_BOTTOM_RIGHT))
             causal = tl ? ATTN_KERNEL_CAUSAL_TL : ATTN_KERNEL_CAUSAL_BR;
-        else if (has_bool) fold_causal = true;
+        else if (has_bool) folded.is_causal = true, folded.alignment = p.positions.alignment;
         else throw Unsupported(tl ? "causal top-left (the kernel declares neither its flag nor bool masks)"
                                   : "causal bottom-right (the kernel declares neither its flag nor bool masks)");
     }
+    if (p.positions.window) {
+        if (!has_bool) throw Unsupported("a sliding window (the kernel declares no bool masks)");
+        folded.window = p.positions.window;
+    }
+    const bool fold = folded.restricts();
 
     // The kernel's (B, H): B the first batch dim, H the product of the others (the grouped-query layout's (G, R)
     // merge into H = G R in this order); rank-0 and rank-1 batches get 1s.
@@ -140,8 +145,8 @@ SdpaResult<T> run_external(KernelProcess& kernel, TensorView<const T> q, TensorV
     call.k = lk.input();
     call.v = lv.input();
     Laid<std::uint8_t> lm;
-    if (p.allowed_mask || fold_causal) {
-        // Stored extents: 1 where the mask does not vary (the causal rule varies over queries and keys).
+    if (p.allowed_mask || fold) {
+        // Stored extents: 1 where the mask does not vary (the positional rules vary over queries and keys).
         std::array<std::int64_t, 4> stored = {B, H, p.Tq, p.Tk};
         if (info.strided) {
             const auto offset = [&](Index b, Index h) { return p.allowed_mask ? p.mask_offset[b * H + h] : 0; };
@@ -151,8 +156,8 @@ SdpaResult<T> run_external(KernelProcess& kernel, TensorView<const T> q, TensorV
                     over_b |= offset(b, h) != offset(0, h);
                     over_h |= offset(b, h) != offset(b, 0);
                 }
-            const bool rows_equal = !fold_causal && (!p.allowed_mask || p.allowed_mask->stride(-2) == 0);
-            const bool cols_equal = !fold_causal && (!p.allowed_mask || p.allowed_mask->stride(-1) == 0);
+            const bool rows_equal = !fold && (!p.allowed_mask || p.allowed_mask->stride(-2) == 0);
+            const bool cols_equal = !fold && (!p.allowed_mask || p.allowed_mask->stride(-1) == 0);
             stored = {over_b ? B : 1, over_h ? H : 1, rows_equal ? 1 : p.Tq, cols_equal ? 1 : p.Tk};
         }
         lm = lay_out<std::uint8_t>({B, H, p.Tq, p.Tk}, stored, bhtd);
@@ -164,7 +169,7 @@ SdpaResult<T> run_external(KernelProcess& kernel, TensorView<const T> q, TensorV
                         if (p.allowed_mask)
                             a = p.allowed_mask->data()[p.mask_offset[b * H + h] + i * p.allowed_mask->stride(-2) +
                                                        j * p.allowed_mask->stride(-1)];
-                        if (fold_causal) a = a && causal_allows(i, j, p.Tq, p.Tk, p.alignment);
+                        if (fold) a = a && folded.allows(i, j, p.Tq, p.Tk);
                         at(lm, b, h, i, j) = a ? 1 : 0;
                     }
         call.mask = lm.input();

@@ -257,12 +257,14 @@ void draw_mask(SdpaCase& c, const CaseSpec& spec, Rng& rng) {
     switch (spec.masks) {
         case Masks::Any:
             kind = *rc::gen::weightedElement<std::string>({{3, "none"}, {2, "causal-tl"}, {2, "causal-br"},
-                                                           {2, "padding"}, {1, "causal-tl+padding"}, {3, "random"}});
+                                                           {2, "padding"}, {1, "causal-tl+padding"}, {3, "random"},
+                                                           {2, "window"}, {1, "causal+window"}});
             break;
         case Masks::None: kind = "none"; break;
         case Masks::Blocking:
             kind = *rc::gen::weightedElement<std::string>({{2, "causal-tl"}, {2, "causal-br"}, {2, "padding"},
-                                                           {1, "causal-tl+padding"}, {3, "random"}});
+                                                           {1, "causal-tl+padding"}, {3, "random"}, {2, "window"},
+                                                           {1, "causal+window"}});
             break;
         case Masks::Causal: kind = *rc::gen::element<std::string>("causal-tl", "causal-br"); break;
         case Masks::UnreadableKeys:
@@ -274,6 +276,7 @@ void draw_mask(SdpaCase& c, const CaseSpec& spec, Rng& rng) {
             break;
         case Masks::Broadcast: kind = *rc::gen::element<std::string>("padding", "random", "causal-tl"); break;
         case Masks::EmptyRows: kind = "empty-rows"; break;
+        case Masks::Window: kind = *rc::gen::weightedElement<std::string>({{2, "window"}, {1, "causal+window"}}); break;
     }
     const bool explicit_only = spec.masks == Masks::Explicit || spec.masks == Masks::Broadcast;
     if (kind == "causal-tl-short") {
@@ -281,14 +284,35 @@ void draw_mask(SdpaCase& c, const CaseSpec& spec, Rng& rng) {
         kind = "causal-tl";
         if (c.Tk <= c.Tq) c.Tk = c.Tq + *inRange<Index>(1, 4);
     }
-    if ((kind == "causal-br" || kind == "causal-tl+padding") && c.Tq > c.Tk) std::swap(c.Tq, c.Tk);
+    const bool windowed = kind == "window" || kind == "causal+window";
+    // Tq <= Tk: then no window, causal rule or padding leaves a query row without a key.
+    if ((kind == "causal-br" || kind == "causal-tl+padding" || windowed) && c.Tq > c.Tk) std::swap(c.Tq, c.Tk);
     if (spec.masks == Masks::Blocking || spec.masks == Masks::UnreadableKeys)
         if (c.Tk == 1) c.Tk = 2;
     if (kind == "causal-tl" && spec.masks == Masks::Blocking && c.Tq == 1) c.Tq = 2;
     if (kind == "causal-br" && spec.masks == Masks::Blocking && c.Tq == 1) c.Tq = 2, c.Tk = std::max<Index>(c.Tk, 2);
     if (spec.self) c.Tk = c.Tq;
     if (spec.cross && c.Tq == c.Tk) c.Tk += 1;
-    if (kind == "causal-tl" || kind == "causal-br") {
+    if (windowed) {
+        // The window option (FlashAttention's window_size), either alignment: sides around the micro-tile, small
+        // enough that a window blocks something, or unbounded. With the causal rule of the same alignment too.
+        const CausalAlignment a = *rc::gen::element(CausalAlignment::TopLeft, CausalAlignment::BottomRight);
+        // Masks::Window also draws sides that span several of the tiled kernel's key blocks.
+        const auto side = [&] {
+            if (spec.masks == Masks::Window && *rc::gen::weightedElement<int>({{3, 0}, {1, 1}}) == 1)
+                return *rc::gen::element<Index>(40, 130, 300);
+            return *rc::gen::weightedElement<Index>({{1, -1}, {2, 0}, {2, 1}, {2, 3}, {1, 8}});
+        };
+        c.options.window = SlidingWindow{side(), side(), a};
+        if (kind == "causal+window") c.options.is_causal = true, c.options.alignment = a;
+        if (spec.masks == Masks::Blocking) {
+            // Blocking something: else the one-key band (0, 0), which blocks every key but one (Tk >= 2 here).
+            const PositionRule rule{c.options.is_causal, a, c.options.window};
+            bool blocks = false;
+            for (Index i = 0; i < c.Tq && !blocks; ++i) blocks = rule.keys(i, c.Tq, c.Tk).end - rule.keys(i, c.Tq, c.Tk).begin < c.Tk;
+            if (!blocks) c.options.window = SlidingWindow{0, 0, a};
+        }
+    } else if (kind == "causal-tl" || kind == "causal-br") {
         const CausalAlignment a = kind == "causal-tl" ? CausalAlignment::TopLeft : CausalAlignment::BottomRight;
         const bool as_tensor = explicit_only || *rc::gen::weightedElement<int>({{2, 0}, {1, 1}}) == 1;
         if (as_tensor) {

@@ -24,6 +24,7 @@ enum class Masks {
     Explicit,       // an explicit mask tensor only (no is_causal), any rank, maybe stride-0
     Broadcast,      // an explicit mask of rank 2 or 3, or rank 4 with size-1 dims, or a stride-0 view
     EmptyRows,      // at least one query row with no allowed key
+    Window,         // a sliding window (SdpaOptions::window, either alignment), sometimes with the causal rule; no empty row
 };
 
 struct CaseSpec {

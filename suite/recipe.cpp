@@ -142,6 +142,7 @@ SdpaCase make_case(const CaseConfig& config) {
     c.aux_seed = *config.seed;  // the perturbations of the properties that make their own
     c.mask_kind = config.mask;
     c.options.scale = config.scale;
+    c.options.window = config.window;
     c.options.empty_rows = config.empty_rows;
     c.options.check_finite = config.check_finite;
     c.options.num_threads = config.threads;

@@ -95,6 +95,18 @@ std::set<Regime> classify(const SdpaCase& c) {
     return r;
 }
 
+bool window_allows(const SlidingWindow& w, Index i, Index j, Index Tq, Index Tk) {
+    const Index shift = w.alignment == CausalAlignment::BottomRight ? Tk - Tq : 0;
+    const bool left_ok = w.left == -1 || i + shift - w.left <= j;
+    const bool right_ok = w.right == -1 || j <= i + shift + w.right;
+    return left_ok && right_ok;
+}
+
+void drop_positional_options(SdpaCase& c) {
+    c.options.is_causal = false;
+    c.options.window.reset();
+}
+
 Tensor<bool> expanded_allowed(const SdpaCase& c) {
     Tensor<bool> full({c.B, c.H, c.Tq, c.Tk}, true);
     std::optional<TensorView<const bool>> m;
@@ -105,6 +117,7 @@ Tensor<bool> expanded_allowed(const SdpaCase& c) {
                 for (Index j = 0; j < c.Tk; ++j) {
                     bool a = !m || (*m)({b, h, i, j});
                     if (c.options.is_causal) a = a && causal_allows(i, j, c.Tq, c.Tk, c.options.alignment);
+                    if (c.options.window) a = a && window_allows(*c.options.window, i, j, c.Tq, c.Tk);
                     full[((b * c.H + h) * c.Tq + i) * c.Tk + j] = a;
                 }
     return full;

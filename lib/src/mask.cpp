@@ -1,17 +1,30 @@
 // Mask constructors and the adapters between the allowed and blocked conventions.
 #include "attn/mask.hpp"
 
+#include "attn/detail/problem.hpp"
+
 namespace attn {
 
 const char* to_string(CausalAlignment alignment) {
     return alignment == CausalAlignment::TopLeft ? "top-left" : "bottom-right";
 }
 
+std::string to_string(const SlidingWindow& window) {
+    return "window (" + std::to_string(window.left) + ", " + std::to_string(window.right) + ") " +
+           to_string(window.alignment);
+}
+
+std::string PositionRule::describe() const {
+    std::string s;
+    if (is_causal) s += std::string(", causal ") + to_string(alignment);
+    if (window) s += ", " + to_string(*window);
+    return s;
+}
+
 std::string no_allowed_key_message(const std::string& function, const std::string& row, Index Tq, Index Tk,
-                                   bool is_causal, CausalAlignment alignment, const std::string& shapes) {
+                                   const PositionRule& positions, const std::string& shapes) {
     return function + ": " + row + " has no allowed key (Tq=" + std::to_string(Tq) + ", Tk=" + std::to_string(Tk) +
-           (is_causal ? std::string(", causal ") + to_string(alignment) : std::string()) + "; " + shapes +
-           "); choose EmptyRowPolicy::Zero or ::Nan to allow empty rows";
+           positions.describe() + "; " + shapes + "); choose EmptyRowPolicy::Zero or ::Nan to allow empty rows";
 }
 
 Tensor<bool> causal_allowed_mask(Index Tq, Index Tk, CausalAlignment alignment) {
@@ -21,6 +34,19 @@ Tensor<bool> causal_allowed_mask(Index Tq, Index Tk, CausalAlignment alignment) 
     Tensor<bool> allowed({Tq, Tk}, false);
     for (Index i = 0; i < Tq; ++i)
         for (Index j = 0; j < Tk; ++j) allowed[i * Tk + j] = causal_allows(i, j, Tq, Tk, alignment);
+    return allowed;
+}
+
+Tensor<bool> sliding_window_allowed_mask(Index Tq, Index Tk, const SlidingWindow& window) {
+    if (Tq < 0 || Tk < 0)
+        throw ShapeError("sliding_window_allowed_mask: negative size Tq=" + std::to_string(Tq) +
+                         ", Tk=" + std::to_string(Tk));
+    detail::check_window("sliding_window_allowed_mask", window, "");
+    Tensor<bool> allowed({Tq, Tk}, false);
+    for (Index i = 0; i < Tq; ++i) {
+        const KeyRange r = window_keys(i, Tq, Tk, window);
+        for (Index j = r.begin; j < r.end; ++j) allowed[i * Tk + j] = true;
+    }
     return allowed;
 }
 

@@ -288,10 +288,9 @@ MhaResult<T> MultiHeadAttention<T>::run(const char* function_name, TensorView<co
     const Index B = states.B, Tq = states.Tq, Tk = states.Tk;
     detail::check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, " (" + shapes + ")");
     const detail::HeadMasks masks = detail::resolve_masks(function, shapes, allowed_mask, options, B, H_, Tq, Tk);
-    const detail::HeadReadability readable =
-        detail::head_readability(masks.allowed, options.is_causal, options.alignment, B, H_, Tq, Tk);
-    detail::throw_if_empty_head_row(function, readable, options.is_causal, options.alignment, options.empty_rows,
-                                    shapes + masks.shapes);
+    const PositionRule positions = detail::position_rule(function, options, " (" + shapes + ")");
+    const detail::HeadReadability readable = detail::head_readability(masks.allowed, positions, B, H_, Tq, Tk);
+    detail::throw_if_empty_head_row(function, readable, positions, options.empty_rows, shapes + masks.shapes);
     if (options.check_finite) {
         for (const auto& [name, p] : {std::pair<const char*, const Tensor<T>*>{"q_proj_weight", &q_weight_},
                                       {"k_proj_weight", &k_weight_}, {"v_proj_weight", &v_weight_},

@@ -77,6 +77,7 @@ SdpaResult<T> attend_split_heads(TensorView<const T> q, TensorView<const T> k, T
     sdpa.scale = options.scale;  // default 1/sqrt(Dk), SDPA's
     sdpa.is_causal = options.is_causal;
     sdpa.alignment = options.alignment;
+    sdpa.window = options.window;
     sdpa.empty_rows = options.empty_rows;
     sdpa.check_finite = options.check_finite;
     sdpa.return_weights = return_weights;
@@ -234,10 +235,9 @@ MhaResult<T> multi_head_sdpa_impl(TensorView<const T> q, TensorView<const T> k, 
     check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, " (" + shapes + ")");
     check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, " (" + shapes + ")");
     const HeadMasks masks = resolve_masks(function, shapes, allowed_mask, options, B, H, Tq, Tk);
-    const HeadReadability readable =
-        head_readability(masks.allowed, options.is_causal, options.alignment, B, H, Tq, Tk);
-    throw_if_empty_head_row(function, readable, options.is_causal, options.alignment, options.empty_rows,
-                            shapes + masks.shapes);
+    const PositionRule positions = position_rule(function, options, " (" + shapes + ")");
+    const HeadReadability readable = head_readability(masks.allowed, positions, B, H, Tq, Tk);
+    throw_if_empty_head_row(function, readable, positions, options.empty_rows, shapes + masks.shapes);
     if (options.check_finite) {
         // Per head: a NaN in a head slice nobody reads must not matter, as in SDPA.
         const auto kv_read = [&](Index b, Index g, Index j) { return readable.kv_head_read(b, g, G, j); };

@@ -137,32 +137,40 @@ void check_tiled_blocks(const std::string& function, Index query_block, Index ke
                           std::to_string(query_block) + " and " + std::to_string(key_block) + shapes);
 }
 
+void check_window(const std::string& function, const SlidingWindow& window, const std::string& shapes) {
+    if (window.left < -1 || window.right < -1)
+        throw ConfigError(function + ": a sliding window's sides must be -1 (unbounded) or >= 0, got " +
+                          to_string(window) + shapes);
+}
+
 template void check_scale_and_threads<float>(const std::string&, std::optional<double>, int, const std::string&);
 template void check_scale_and_threads<double>(const std::string&, std::optional<double>, int, const std::string&);
 
-Index row_readability(const bool* allowed, Index row_stride, Index key_stride, Index Tq, Index Tk, bool is_causal,
-                      CausalAlignment alignment, char* rows, char* keys) {
+Index row_readability(const bool* allowed, Index row_stride, Index key_stride, Index Tq, Index Tk,
+                      const PositionRule& positions, char* rows, char* keys) {
     std::fill_n(rows, Tq, 0);
     std::fill_n(keys, Tk, 0);
-    Index first_empty = -1, readable_end = 0;  // without a mask the readable keys are [0, max over rows of end)
+    // Both ends of a row's key range never decrease with i (the causal end and the window's sides move with the
+    // query), so without a mask the readable keys are the ranges' union, marked once each: [max(begin, marked), end).
+    Index first_empty = -1, marked = 0;
     for (Index i = 0; i < Tq; ++i) {
-        const Index end = is_causal ? causal_end(i, Tq, Tk, alignment) : Tk;  // row i reads keys [0, end) at most
+        const KeyRange range = positions.keys(i, Tq, Tk);  // row i reads keys [begin, end) at most
         if (!allowed) {
-            rows[i] = end > 0;
-            readable_end = std::max(readable_end, end);
+            rows[i] = range.end > range.begin;
+            for (Index j = std::max(range.begin, marked); j < range.end; ++j) keys[j] = 1;
+            marked = std::max(marked, range.end);
         } else {
             const bool* row = allowed + i * row_stride;
-            for (Index j = 0; j < end; ++j)
+            for (Index j = range.begin; j < range.end; ++j)
                 if (row[j * key_stride]) rows[i] = keys[j] = 1;
         }
         if (!rows[i] && first_empty < 0) first_empty = i;
     }
-    if (!allowed) std::fill_n(keys, readable_end, 1);
     return first_empty;
 }
 
-HeadReadability head_readability(const std::optional<TensorView<const bool>>& allowed, bool is_causal,
-                                 CausalAlignment alignment, Index B, Index H, Index Tq, Index Tk) {
+HeadReadability head_readability(const std::optional<TensorView<const bool>>& allowed, const PositionRule& positions,
+                                 Index B, Index H, Index Tq, Index Tk) {
     HeadReadability r;
     r.B = B, r.H = H, r.Tq = Tq, r.Tk = Tk;
     r.row_nonempty.assign(static_cast<std::size_t>(B * H * Tq), 0);
@@ -181,9 +189,9 @@ HeadReadability head_readability(const std::optional<TensorView<const bool>>& al
             } else if (allowed) {
                 const TensorView<const bool>& m = *allowed;
                 row_readability(m.data() + b * m.stride(0) + h * m.stride(1), m.stride(2), m.stride(3), Tq, Tk,
-                                is_causal, alignment, rows, keys);
+                                positions, rows, keys);
             } else {
-                row_readability(nullptr, 0, 0, Tq, Tk, is_causal, alignment, rows, keys);
+                row_readability(nullptr, 0, 0, Tq, Tk, positions, rows, keys);
             }
         }
     }
@@ -192,12 +200,12 @@ HeadReadability head_readability(const std::optional<TensorView<const bool>>& al
     return r;
 }
 
-void throw_if_empty_head_row(const std::string& function, const HeadReadability& r, bool is_causal,
-                             CausalAlignment alignment, EmptyRowPolicy empty_rows, const std::string& shapes) {
+void throw_if_empty_head_row(const std::string& function, const HeadReadability& r, const PositionRule& positions,
+                             EmptyRowPolicy empty_rows, const std::string& shapes) {
     if (r.first_empty < 0 || empty_rows != EmptyRowPolicy::Throw) return;
     const Index i = r.first_empty % r.Tq, h = (r.first_empty / r.Tq) % r.H, b = r.first_empty / (r.Tq * r.H);
     throw MaskError(no_allowed_key_message(function, "query row " + str(i) + " of batch " + str(b) + ", head " + str(h),
-                                           r.Tq, r.Tk, is_causal, alignment, shapes));
+                                           r.Tq, r.Tk, positions, shapes));
 }
 
 void throw_not_finite(const std::string& function, const std::string& name, const Shape& shape, double value,
@@ -277,8 +285,7 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     detail::check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, shapes);
     detail::check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, shapes);
     p.scale = options.scale ? *options.scale : (p.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(p.Dk)) : 1.0);
-    p.is_causal = options.is_causal;
-    p.alignment = options.alignment;
+    p.positions = detail::position_rule(function, options, shapes);
     const Index br = static_cast<Index>(p.batch_shape.size());
     p.q_offset = batch_offsets(p.q, br, p.batch_shape);
     p.k_offset = batch_offsets(p.k, br, p.batch_shape);
@@ -294,7 +301,7 @@ Readability readability(const SdpaProblem<T>& p, Index b) {
     r.row_nonempty.assign(static_cast<std::size_t>(p.Tq), 0);
     const std::optional<TensorView<const bool>>& m = p.allowed_mask;
     r.first_empty_row = detail::row_readability(m ? m->data() + p.mask_offset[b] : nullptr, m ? m->stride(-2) : 0,
-                                                m ? m->stride(-1) : 0, p.Tq, p.Tk, p.is_causal, p.alignment,
+                                                m ? m->stride(-1) : 0, p.Tq, p.Tk, p.positions,
                                                 r.row_nonempty.data(), r.key_readable.data());
     return r;
 }
@@ -309,7 +316,7 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
         if (r.first_empty_row >= 0 && options.empty_rows == EmptyRowPolicy::Throw) {
             throw MaskError(no_allowed_key_message(
                 p.function, "query row " + std::to_string(r.first_empty_row) + " of batch index " + p.batch_index_string(b),
-                p.Tq, p.Tk, p.is_causal, p.alignment, p.shapes));
+                p.Tq, p.Tk, p.positions, p.shapes));
         }
     }
     if (!options.check_finite) return all;

@@ -82,8 +82,9 @@ struct Workspace {
     Buffer<T> kp, vp, qp, sp, acc, blk;  // blk: one key block's P V for one query panel, before it joins acc
     std::vector<T> row_max, row_sum;  // per lane (query)
     std::vector<T> row;               // one q, k or v row in the compute type while it is packed (row_values)
-    std::vector<Index> row_end;       // per lane: readable keys [0, row_end) pass the causal rule
-    std::vector<Index> panel_end, panel_all_see;  // per query panel: max and min of row_end over its rows
+    std::vector<Index> row_begin, row_end;  // per lane: readable keys [row_begin, row_end) pass the positional rule
+    // Per query panel: the union [panel_begin, panel_end) and the intersection [all_from, all_see) of its rows' ranges.
+    std::vector<Index> panel_begin, panel_end, panel_all_from, panel_all_see;
 };
 
 // 16-bit storage -> float32, exactly, one vector at a time: bfloat16 is the top half of a float; a float16's
@@ -265,23 +266,33 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
     std::fill_n(w.row_max.begin(), panels * nr, neg_inf);
     std::fill_n(w.row_sum.begin(), panels * nr, T(0));
 
-    // Causal limits in readable-key positions, per row and per query panel: a panel's key range ends where its
-    // last row's does, so fully-masked (key panel, query panel) tiles are never computed.
+    // Positional limits (causal rule, window) in readable-key positions, per row and per query panel: a panel's keys
+    // run from its first row's begin to its last row's end, so (key panel, query panel) tiles that every row of the
+    // panel is denied are never computed, and key blocks outside every panel's range are never visited.
+    std::fill_n(w.row_begin.begin(), rows, 0);
     std::fill_n(w.row_end.begin(), rows, n);
-    if (p.is_causal)
+    if (p.positions.restricts())
         for (Index i = 0; i < rows; ++i) {
-            const Index end = attn::causal_end(i0 + i, p.Tq, p.Tk, p.alignment);
-            w.row_end[i] = std::lower_bound(w.keys.begin(), w.keys.end(), end) - w.keys.begin();
+            const KeyRange range = p.positions.keys(i0 + i, p.Tq, p.Tk);
+            w.row_begin[i] = std::lower_bound(w.keys.begin(), w.keys.end(), range.begin) - w.keys.begin();
+            w.row_end[i] = std::lower_bound(w.keys.begin(), w.keys.end(), range.end) - w.keys.begin();
         }
-    Index keys_end = 0;
+    Index keys_begin = n, keys_end = 0;
     for (Index jq = 0; jq < panels; ++jq) {
-        const auto first = w.row_end.begin() + jq * nr, last = w.row_end.begin() + std::min(rows, (jq + 1) * nr);
-        w.panel_end[jq] = *std::max_element(first, last);
-        w.panel_all_see[jq] = *std::min_element(first, last);  // every row of the panel reads [0, all_see)
-        keys_end = std::max(keys_end, w.panel_end[jq]);
+        const Index lo = jq * nr, hi = std::min(rows, (jq + 1) * nr);
+        const auto b_first = w.row_begin.begin() + lo, b_last = w.row_begin.begin() + hi;
+        const auto e_first = w.row_end.begin() + lo, e_last = w.row_end.begin() + hi;
+        w.panel_begin[jq] = *std::min_element(b_first, b_last);
+        w.panel_all_from[jq] = *std::max_element(b_first, b_last);
+        w.panel_end[jq] = *std::max_element(e_first, e_last);
+        w.panel_all_see[jq] = *std::min_element(e_first, e_last);  // every row of the panel reads [all_from, all_see)
+        if (w.panel_end[jq] > w.panel_begin[jq]) {
+            keys_begin = std::min(keys_begin, w.panel_begin[jq]);
+            keys_end = std::max(keys_end, w.panel_end[jq]);
+        }
     }
 
-    for (Index c0 = 0; c0 < keys_end; c0 += L.Bk) {
+    for (Index c0 = keys_begin / L.Bk * L.Bk; c0 < keys_end; c0 += L.Bk) {
         const Index nb = std::min(L.Bk, n - c0);  // readable keys [c0, c0 + nb)
         const T* kblock = w.kp.data.get() + (c0 / L.Bk) * L.k_block_stride;
         // Under check_finite every readable value is finite; otherwise look, since 0 * NaN in the product would
@@ -292,29 +303,33 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
                 for (Index d = 0; d < Dv && v_block_finite; ++d)
                     v_block_finite = std::isfinite(p.v_row(b, w.keys[c])[d * p.v.stride(-1)]);
         for (Index jq = 0; jq < panels; ++jq) {
-            const Index nbj = std::min(nb, w.panel_end[jq] - c0);  // keys of this block some row of the panel reads
-            if (nbj <= 0) continue;
-            T* s = sp + jq * L.Bk_pad * nr;  // (Bk_pad, nr): key c, query lane rr at s[c * nr + rr]
+            // Keys [k0, k0 + nbj) of this block some row of the panel reads, k0 rounded down to a whole key panel.
+            const Index lo = std::max<Index>(w.panel_begin[jq] - c0, 0), hi = std::min(nb, w.panel_end[jq] - c0);
+            if (hi <= lo) continue;
+            const Index cs = lo / mr * mr, k0 = c0 + cs, nbj = hi - cs;
+            T* s = sp + jq * L.Bk_pad * nr + cs * nr;  // key k0 + c, query lane rr at s[c * nr + rr]
             T* accj = acc + jq * L.Dv_pad * nr;
 
-            // 2. scores: s^T (nbj, nr) = scale * k[c0:c0+nbj] (nbj, Dk) @ q^T (Dk, nr), tile by tile.
+            // 2. scores: s^T (nbj, nr) = scale * k[k0:k0+nbj] (nbj, Dk) @ q^T (Dk, nr), tile by tile.
             if (Dk > 0) {
-                packed_gemm<T>((nbj + mr - 1) / mr, 1, Dk, static_cast<T>(p.scale), kblock, L.ps_k, qp + jq * L.ps_q,
-                               L.ps_q, T(0), s, nr, 1, mr * nr, 0);
+                packed_gemm<T>((nbj + mr - 1) / mr, 1, Dk, static_cast<T>(p.scale), kblock + (cs / mr) * L.ps_k,
+                               L.ps_k, qp + jq * L.ps_q, L.ps_q, T(0), s, nr, 1, mr * nr, 0);
             } else {
                 std::fill_n(s, nbj * nr, T(0));
             }
 
-            // 3. mask: blocked -> -inf, only where a mask can block something (the diagonal, or an explicit mask);
-            // every allowed logit must be finite.
-            const bool causal_cut = c0 + nbj > w.panel_all_see[jq];
-            if (causal_cut || p.allowed_mask) {
+            // 3. mask: blocked -> -inf, only where a mask can block something (the diagonal or a window's edge, or an
+            // explicit mask); every allowed logit must be finite.
+            const bool position_cut = k0 < w.panel_all_from[jq] || k0 + nbj > w.panel_all_see[jq];
+            if (position_cut || p.allowed_mask) {
                 for (Index rr = 0; rr < nr && jq * nr + rr < rows; ++rr) {
                     const Index i = jq * nr + rr;
-                    const Index end = std::clamp<Index>(w.row_end[i] - c0, 0, nbj);
-                    for (Index c = 0; c < end; ++c) {
+                    const Index begin = std::clamp<Index>(w.row_begin[i] - k0, 0, nbj);
+                    const Index end = std::clamp<Index>(w.row_end[i] - k0, begin, nbj);
+                    for (Index c = 0; c < begin; ++c) s[c * nr + rr] = neg_inf;
+                    for (Index c = begin; c < end; ++c) {
                         T& x = s[c * nr + rr];
-                        if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[c0 + c])) {
+                        if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[k0 + c])) {
                             x = neg_inf;
                         } else if (options.check_finite && !std::isfinite(x)) {
                             throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i0 + i,
@@ -340,7 +355,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             // sums never include the running accumulator, whatever order the micro-kernel sums in).
             if (Dv == 0) continue;  // no value columns: nothing to accumulate (and no packed v to point into)
             if (v_block_finite) {
-                packed_gemm<T>(L.dv_panels, 1, nbj, T(1), w.vp.data.get() + c0 * mr, L.ps_v, s, 0, T(0), blk, nr,
+                packed_gemm<T>(L.dv_panels, 1, nbj, T(1), w.vp.data.get() + k0 * mr, L.ps_v, s, 0, T(0), blk, nr,
                                1, mr * nr, 0);
             } else {
                 // A NaN/Inf value row that some query reads must not reach the rows of queries that may not read it
@@ -348,11 +363,12 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
                 std::fill_n(blk, L.Dv_pad * nr, T(0));
                 for (Index rr = 0; rr < nr && jq * nr + rr < rows; ++rr) {
                     const Index i = jq * nr + rr;
-                    const Index end = std::clamp<Index>(w.row_end[i] - c0, 0, nbj);
-                    for (Index c = 0; c < end; ++c) {
-                        if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[c0 + c])) continue;
+                    const Index begin = std::clamp<Index>(w.row_begin[i] - k0, 0, nbj);
+                    const Index end = std::clamp<Index>(w.row_end[i] - k0, begin, nbj);
+                    for (Index c = begin; c < end; ++c) {
+                        if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[k0 + c])) continue;
                         const T pc = s[c * nr + rr];
-                        const S* vrow = p.v_row(b, w.keys[c0 + c]);
+                        const S* vrow = p.v_row(b, w.keys[k0 + c]);
                         for (Index d = 0; d < Dv; ++d)
                             blk[d * nr + rr] += pc * static_cast<T>(vrow[d * p.v.stride(-1)]);
                     }
@@ -425,9 +441,10 @@ void sdpa_tiled_impl(const SdpaProblem<S>& p, const std::vector<Readability>& re
         if (w.row_max.empty()) {
             w.row_max.resize(static_cast<std::size_t>(base.q_panels * base.nr));
             w.row_sum.resize(static_cast<std::size_t>(base.q_panels * base.nr));
+            w.row_begin.resize(static_cast<std::size_t>(base.q_panels * base.nr));
             w.row_end.resize(static_cast<std::size_t>(base.q_panels * base.nr));
-            w.panel_end.resize(static_cast<std::size_t>(base.q_panels));
-            w.panel_all_see.resize(static_cast<std::size_t>(base.q_panels));
+            for (auto* v : {&w.panel_begin, &w.panel_end, &w.panel_all_from, &w.panel_all_see})
+                v->resize(static_cast<std::size_t>(base.q_panels));
             w.row.resize(static_cast<std::size_t>(std::max<Index>({p.Dk, p.Dv, 1})));
         }
         if (w.b != b) pack_keys(p, r, b, L, w);

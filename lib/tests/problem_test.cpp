@@ -82,7 +82,7 @@ TEST_CASE("head_readability per (batch, head) is the readability of the same SDP
         std::optional<TensorView<const bool>> mask4;
         if (masked) mask4 = allowed.view().broadcast_to({2, 3, 4, 5}, "test", "allowed");
         const detail::HeadReadability heads =
-            detail::head_readability(mask4, options.is_causal, options.alignment, 2, 3, 4, 5);
+            detail::head_readability(mask4, p.positions, 2, 3, 4, 5);
         Index first_empty = -1;
         for (Index b = 0; b < 2; ++b)
             for (Index h = 0; h < 3; ++h) {
@@ -94,4 +94,47 @@ TEST_CASE("head_readability per (batch, head) is the readability of the same SDP
         CHECK(heads.first_empty == first_empty);
         CHECK(first_empty == (masked ? 12 : -1));  // (b, h, i) = (1, 0, 0) under the mask
     }
+}
+
+TEST_CASE("the positional rule: a window's keys are FlashAttention's and JAX's inequalities, and readability their union",
+          "[problem]") {
+    // Every window with sides in [-1, 4], both alignments, with and without causal, on small (Tq, Tk): the rule's
+    // range against the inequalities written out, and row_readability against a brute-force union.
+    for (Index Tq = 0; Tq <= 5; ++Tq)
+        for (Index Tk = 0; Tk <= 6; ++Tk)
+            for (Index left = -1; left <= 4; ++left)
+                for (Index right = -1; right <= 4; ++right)
+                    for (const auto a : {CausalAlignment::TopLeft, CausalAlignment::BottomRight})
+                        for (const bool causal : {false, true}) {
+                            const PositionRule rule{causal, a, SlidingWindow{left, right, a}};
+                            std::vector<char> rows(std::size_t(Tq) + 1), keys(std::size_t(Tk) + 1);
+                            const Index first = detail::row_readability(nullptr, 0, 0, Tq, Tk, rule, rows.data(),
+                                                                        keys.data());
+                            std::vector<char> want_keys(std::size_t(Tk) + 1, 0);
+                            Index want_first = -1;
+                            for (Index i = 0; i < Tq; ++i) {
+                                const Index d = a == CausalAlignment::TopLeft ? i : i + Tk - Tq;
+                                bool any = false;
+                                for (Index j = 0; j < Tk; ++j) {
+                                    const bool in = (left < 0 || d - left <= j) && (right < 0 || j <= d + right) &&
+                                                    (!causal || j <= d);
+                                    CHECK(rule.allows(i, j, Tq, Tk) == in);
+                                    if (in) any = true, want_keys[std::size_t(j)] = 1;
+                                }
+                                CHECK(bool(rows[std::size_t(i)]) == any);
+                                if (!any && want_first < 0) want_first = i;
+                            }
+                            for (Index j = 0; j < Tk; ++j) CHECK(keys[std::size_t(j)] == want_keys[std::size_t(j)]);
+                            CHECK(first == want_first);
+                        }
+}
+
+TEST_CASE("a window with a side below -1 is refused by name", "[problem]") {
+    const Tensor<double> q({2, 2}), k({3, 2}), v({3, 2});
+    SdpaOptions options;
+    options.window = SlidingWindow{-2, 0};
+    const std::string m = test::error_message<ConfigError>(
+        [&] { make_sdpa_problem<double>("sdpa", q.view(), k.view(), v.view(), std::nullopt, options); });
+    CHECK_THAT(m, Contains("sdpa") && Contains("window (-2, 0) bottom-right") && Contains("q [2,2]"));
+    CHECK_THROWS_AS(sliding_window_allowed_mask(2, 3, SlidingWindow{0, -5}), ConfigError);
 }

@@ -122,6 +122,7 @@ struct Case {
     CausalAlignment alignment;
     enum Masking { None, Padding, Random, Broadcast } masking;
     bool k_broadcast;  // k and v shared across heads and batch (stride 0)
+    std::optional<SlidingWindow> window = std::nullopt;
     std::string str() const {
         std::ostringstream s;
         s << "sdpa(B=" << B << ",H=" << H << ",Tq=" << Tq << ",Tk=" << Tk << ",Dk=" << Dk << ",Dv=" << Dv
@@ -131,7 +132,7 @@ struct Case {
               : masking == Padding ? "padding"
               : masking == Random  ? "random"
                                    : "broadcast")
-          << (k_broadcast ? ",kv=broadcast" : "") << ",impl=tiled)";
+          << (k_broadcast ? ",kv=broadcast" : "") << (window ? "," + to_string(*window) : "") << ",impl=tiled)";
         return s.str();
     }
 };
@@ -139,6 +140,11 @@ struct Case {
 // Whether query i of flat batch element b may read key j (causal rule and the case's allowed mask).
 bool may_read(const Case& c, const std::optional<Tensor<bool>>& allowed, Index b, Index i, Index j) {
     if (c.causal && !causal_allows(i, j, c.Tq, c.Tk, c.alignment)) return false;
+    if (c.window) {  // FlashAttention's and JAX's inequalities, written out
+        const Index d = c.window->alignment == CausalAlignment::TopLeft ? i : i + c.Tk - c.Tq;
+        if ((c.window->left >= 0 && j < d - c.window->left) || (c.window->right >= 0 && j > d + c.window->right))
+            return false;
+    }
     switch (c.masking) {
         case Case::None: return true;
         case Case::Padding: return (*allowed)[(b / c.H) * c.Tk + j];
@@ -175,6 +181,7 @@ void check_case(Rng& rng, const Case& c, EmptyRowPolicy policy, bool nan_in_unre
     SdpaOptions options;
     options.is_causal = c.causal;
     options.alignment = c.alignment;
+    options.window = c.window;
     options.empty_rows = policy;
     options.backend = Backend::Reference;
     options.return_weights = true;
@@ -262,6 +269,12 @@ Case random_case(Rng& rng) {
     c.alignment = rng.bernoulli(0.5) ? CausalAlignment::TopLeft : CausalAlignment::BottomRight;
     c.masking = static_cast<Case::Masking>(rng.uniform(0, 3));
     c.k_broadcast = rng.bernoulli(0.2);
+    if (rng.bernoulli(0.4)) {
+        // Sides around the micro-tile and block sizes, so windows start and end inside and across key blocks.
+        const std::vector<Index> sides{-1, 0, 1, 5, 17, 64, 200, 300};
+        c.window = SlidingWindow{rng.pick(sides), rng.pick(sides),
+                                 rng.bernoulli(0.5) ? CausalAlignment::TopLeft : CausalAlignment::BottomRight};
+    }
     return c;
 }
 
@@ -290,6 +303,13 @@ TEMPLATE_TEST_CASE("tiled handles T=1, D=1, Tq != Tk, block edges and both causa
         {1, 1, 700, 300, 16, 8, true, CausalAlignment::BottomRight, Case::None, false},  // first 400 rows empty
         {1, 3, 256, 512, 64, 64, false, CausalAlignment::TopLeft, Case::Broadcast, true},
         {1, 1, 129, 257, 1, 1, true, CausalAlignment::TopLeft, Case::Random, false},
+        // Sliding windows: a local band across several key blocks, its top-left twin, an asymmetric band with a
+        // padding mask on top, and a window with causal (right side cut to 0).
+        {1, 1, 700, 700, 16, 8, false, CausalAlignment::TopLeft, Case::None, false, SlidingWindow{256, 0}},
+        {1, 1, 300, 900, 16, 8, false, CausalAlignment::TopLeft, Case::None, false,
+         SlidingWindow{100, 3, CausalAlignment::TopLeft}},
+        {2, 1, 600, 520, 8, 8, false, CausalAlignment::TopLeft, Case::Padding, false, SlidingWindow{7, 150}},
+        {1, 2, 513, 513, 32, 16, true, CausalAlignment::BottomRight, Case::None, true, SlidingWindow{300, 40}},
     };
     for (const Case& c : cases)
         for (EmptyRowPolicy policy : {EmptyRowPolicy::Throw, EmptyRowPolicy::Zero, EmptyRowPolicy::Nan})

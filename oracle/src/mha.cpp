@@ -77,10 +77,9 @@ MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorV
     // The module's mask contract and readability (attn/detail/problem.hpp), empty-row error included.
     const Index B = p.B, H = p.H, Tq = p.Tq, Tk = p.Tk;
     const attn::detail::HeadMasks masks = attn::detail::resolve_masks(f, shape_list, allowed_mask, options, B, H, Tq, Tk);
-    const attn::detail::HeadReadability readable =
-        attn::detail::head_readability(masks.allowed, options.is_causal, options.alignment, B, H, Tq, Tk);
-    attn::detail::throw_if_empty_head_row(f, readable, options.is_causal, options.alignment, options.empty_rows,
-                                          shape_list + masks.shapes);
+    const PositionRule positions = attn::detail::position_rule(f, options, " (" + shape_list + ")");
+    const attn::detail::HeadReadability readable = attn::detail::head_readability(masks.allowed, positions, B, H, Tq, Tk);
+    attn::detail::throw_if_empty_head_row(f, readable, positions, options.empty_rows, shape_list + masks.shapes);
     p.allowed.assign(static_cast<std::size_t>(B * H * Tq * Tk), 0);
     p.nonempty = readable.row_nonempty;
     p.q_read.assign(static_cast<std::size_t>(B * Tq), 0);
@@ -92,7 +91,7 @@ MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorV
             for (Index i = 0; i < Tq; ++i)
                 for (Index j = 0; j < Tk; ++j)
                     p.allowed[static_cast<std::size_t>(((b * H + h) * Tq + i) * Tk + j)] =
-                        (!options.is_causal || causal_allows(i, j, Tq, Tk, options.alignment)) &&
+                        positions.allows(i, j, Tq, Tk) &&
                         (!masks.allowed || (*masks.allowed)({b, h, i, j}));
     }
     return p;

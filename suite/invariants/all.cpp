@@ -30,6 +30,8 @@ Property degenerate_sizes_give_their_limits();
 Property strided_inputs_give_the_bits_of_contiguous_ones();
 Property head_path_gives_the_bits_of_sdpa();
 Property a_row_of_minus_infinite_logits_is_nan();
+Property window_equals_the_mask_it_describes();
+Property causal_window_is_the_window_with_right_zero();
 
 const std::vector<Property>& properties() {
     static const std::vector<Property> all = {
@@ -60,6 +62,8 @@ const std::vector<Property>& properties() {
         strided_inputs_give_the_bits_of_contiguous_ones(),
         head_path_gives_the_bits_of_sdpa(),
         a_row_of_minus_infinite_logits_is_nan(),
+        window_equals_the_mask_it_describes(),
+        causal_window_is_the_window_with_right_zero(),
     };
     return all;
 }

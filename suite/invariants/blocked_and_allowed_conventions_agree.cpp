@@ -30,7 +30,7 @@ Property blocked_and_allowed_conventions_agree() {
             d.k = Tensor<double>({c.B, c.kv_heads, c.Tq, c.Dk}, 0.5);
             d.v = Tensor<double>({c.B, c.kv_heads, c.Tq, c.Dv}, 0.0);
             d.q = Tensor<double>({c.B, c.H, c.Tq, c.Dk}, 0.0);
-            d.options.is_causal = false;
+            drop_positional_options(d);
             d.allowed_mask = causal_allowed_mask(c.Tq, c.Tq, CausalAlignment::TopLeft);
             d.mask_stride0 = false;
             d.mask_kind = "causal-tl";

@@ -21,7 +21,7 @@ Property degenerate_sizes_give_their_limits() {
         const auto no_mask = [&] {
             z.allowed_mask.reset();
             z.mask_stride0 = false;
-            z.mask_kind = z.options.is_causal ? z.mask_kind : "none";
+            z.mask_kind = z.options.is_causal || z.options.window ? z.mask_kind : "none";
         };
         const std::uint64_t kind = rng.below(4);
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {

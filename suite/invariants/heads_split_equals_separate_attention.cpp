@@ -22,9 +22,9 @@ SdpaCase head_slice(const SdpaCase& c, Index h) {
         for (Index x = 0; x < c.Tk * c.Dv; ++x) s.v[b * c.Tk * c.Dv + x] = c.v[(b * c.kv_heads + g) * c.Tk * c.Dv + x];
     }
     if (c.allowed_mask) {
-        // The explicit mask expanded to (B, H, Tq, Tk), head h kept as (B, 1, Tq, Tk); the causal option stays.
+        // The explicit mask expanded to (B, H, Tq, Tk), head h kept as (B, 1, Tq, Tk); the positional options stay.
         SdpaCase no_causal = c;
-        no_causal.options.is_causal = false;
+        drop_positional_options(no_causal);
         const Tensor<bool> full = expanded_allowed(no_causal);
         Tensor<bool> m({c.B, 1, c.Tq, c.Tk});
         for (Index b = 0; b < c.B; ++b)

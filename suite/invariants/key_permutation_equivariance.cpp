@@ -38,7 +38,7 @@ Property key_permutation_equivariance() {
                                                             key_of[static_cast<std::size_t>(j)]];
         perm.allowed_mask = std::move(m);
         perm.mask_stride0 = false;
-        perm.options.is_causal = false;
+        drop_positional_options(perm);
         perm.mask_kind = c.mask_kind + "-permuted";
         for (Index r = 0; r < c.B * c.kv_heads; ++r)
             for (Index j = 0; j < c.Tk; ++j) {

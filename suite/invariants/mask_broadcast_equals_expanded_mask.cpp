@@ -13,7 +13,7 @@ Property mask_broadcast_equals_expanded_mask() {
     p.required = {Regime::MaskRank2, Regime::MaskRank3, Regime::MaskRank4, Regime::MaskStride0};
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         SdpaCase expanded = c;
-        expanded.options.is_causal = false;
+        drop_positional_options(expanded);
         expanded.allowed_mask = expanded_allowed(c);  // (B, H, Tq, Tk), contiguous
         expanded.mask_stride0 = false;
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {

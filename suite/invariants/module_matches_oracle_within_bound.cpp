@@ -105,7 +105,7 @@ ModuleCall<T> call_for(const SdpaCase& c, const MultiHeadAttention<T>& m, Rng& r
     // The mask: 4-D (B, H, Tq, Tk) with the causal rule folded in, its head-0 slice as 3-D (B, Tq, Tk), or the
     // case's own form (2-D or 4-D tensor, padding as key_padding_allowed (B, Tk), the causal option).
     MhaOptions& o = call.options;
-    const bool masked = c.allowed_mask || c.options.is_causal;
+    const bool masked = c.allowed_mask || c.options.is_causal || c.options.window;
     const int form = masked ? static_cast<int>(rng.below(3)) : 3;
     const Tensor<bool> full = expanded_allowed(c);  // (B, H, Tq, Tk)
     if (form == 0) {
@@ -118,6 +118,7 @@ ModuleCall<T> call_for(const SdpaCase& c, const MultiHeadAttention<T>& m, Rng& r
     } else if (form == 2) {
         o.is_causal = c.options.is_causal;
         o.alignment = c.options.alignment;
+        o.window = c.options.window;
         if (c.allowed_mask && c.mask_kind == "padding") {
             Tensor<bool> pad({c.B, c.Tk});
             for (Index f = 0; f < pad.numel(); ++f) pad[f] = (*c.allowed_mask)[f];  // (B, 1, 1, Tk) in the same order
@@ -125,7 +126,7 @@ ModuleCall<T> call_for(const SdpaCase& c, const MultiHeadAttention<T>& m, Rng& r
         } else if (c.allowed_mask && c.allowed_mask->rank() != 3) {
             call.mask = *c.allowed_mask;
         } else if (c.allowed_mask) {
-            call.mask = full, o.is_causal = false;
+            call.mask = full, o.is_causal = false, o.window.reset();
         }
     }
     if (!call.padding && rng.below(4) == 0) {

@@ -21,6 +21,10 @@ Implementation dropout_without_rescale();
 Implementation masked_nan_poisons_output();
 Implementation nan_inputs_zeroed();
 Implementation thread_dependent_sum();
+Implementation window_left_off_by_one();
+Implementation window_right_off_by_one();
+Implementation window_right_side_ignored();
+Implementation window_always_top_left();
 
 std::vector<Implementation> all() {
     return {softmax_over_queries(),  mask_after_softmax(),    inverted_mask_polarity(),
@@ -28,7 +32,9 @@ std::vector<Implementation> all() {
             no_scale(),              scale_by_dk(),           causal_mask_transposed(),
             padding_on_query_rows(), finite_mask_sentinel(),  no_max_subtraction(),
             bottom_right_off_by_one(), gqa_head_mapping_wrong(), dropout_without_rescale(),
-            masked_nan_poisons_output(), nan_inputs_zeroed(), thread_dependent_sum()};
+            masked_nan_poisons_output(), nan_inputs_zeroed(), thread_dependent_sum(),
+            window_left_off_by_one(), window_right_off_by_one(), window_right_side_ignored(),
+            window_always_top_left()};
 }
 
 }  // namespace attn::suite::mutant

@@ -146,7 +146,7 @@ Implementation make_mutant(const std::string& name, const std::string& descripti
     return impl;
 }
 
-// Every mutant (one file each under suite/mutants/).
+// Every mutant (a file each under suite/mutants/, or one per family of mistakes).
 std::vector<Implementation> all();
 // The low-precision mistakes, on 16-bit storage only (suite/mutants/sixteen_bit.cpp).
 std::vector<Implementation> sixteen_bit();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "attn/tensor.hpp"
@@ -27,14 +28,70 @@ inline bool causal_allows(Index i, Index j, Index Tq, Index Tk, CausalAlignment 
     return j < causal_end(i, Tq, Tk, alignment);
 }
 
+// Sliding window (FlashAttention's window_size = (left, right); -1 = unbounded on that side). With d = Tk - Tq
+// (BottomRight, FlashAttention's) or d = 0 (TopLeft, JAX's), key j is visible to query i iff
+//   i + d - left <= j <= i + d + right.
+// Causal with a window is the window with right = 0 (when both have the same alignment).
+struct SlidingWindow {
+    Index left = -1, right = -1;
+    CausalAlignment alignment = CausalAlignment::BottomRight;
+    bool operator==(const SlidingWindow&) const = default;
+};
+
+// "window (256, 0) bottom-right", for messages and config strings.
+std::string to_string(const SlidingWindow& window);
+
+// The keys [begin, end) of Tk a query may read by position; begin <= end, both in [0, Tk].
+struct KeyRange {
+    Index begin = 0, end = 0;
+};
+
+// The window's keys of query i, clamped to [0, Tk] (empty when the window lies outside the keys).
+inline KeyRange window_keys(Index i, Index Tq, Index Tk, const SlidingWindow& w) {
+    const Index d = w.alignment == CausalAlignment::TopLeft ? i : i + Tk - Tq;
+    const Index begin = w.left < 0 ? 0 : std::clamp<Index>(d - w.left, 0, Tk);
+    const Index end = w.right < 0 ? Tk : std::clamp<Index>(d + w.right + 1, 0, Tk);
+    return {begin, std::max(begin, end)};
+}
+
+// The positional rules of one call together (the causal rule when is_causal, the window when given), the one place
+// every backend, the module and the oracle ask which keys a query may read by position. An explicit mask is and-ed
+// on top of it.
+struct PositionRule {
+    bool is_causal = false;
+    CausalAlignment alignment = CausalAlignment::TopLeft;
+    std::optional<SlidingWindow> window;
+
+    bool restricts() const { return is_causal || window.has_value(); }
+    KeyRange keys(Index i, Index Tq, Index Tk) const {
+        KeyRange r{0, is_causal ? causal_end(i, Tq, Tk, alignment) : Tk};
+        if (window) {
+            const KeyRange w = window_keys(i, Tq, Tk, *window);
+            r.begin = std::max(r.begin, w.begin);
+            r.end = std::min(r.end, w.end);
+        }
+        r.end = std::max(r.begin, r.end);
+        return r;
+    }
+    bool allows(Index i, Index j, Index Tq, Index Tk) const {
+        const KeyRange r = keys(i, Tq, Tk);
+        return r.begin <= j && j < r.end;
+    }
+    // ", causal top-left, window (4, 0) bottom-right" (empty when nothing restricts), for messages.
+    std::string describe() const;
+};
+
 // The one wording of the empty-row MaskError for every layer (SDPA, the MHA module, the oracle): `row` names the row
 // in the caller's terms ("query row 2 of batch index [0]", "query row 2 of batch 1, head 1"), `shapes` the tensors
 // and their shapes. Ends with how to allow empty rows.
 std::string no_allowed_key_message(const std::string& function, const std::string& row, Index Tq, Index Tk,
-                                   bool is_causal, CausalAlignment alignment, const std::string& shapes);
+                                   const PositionRule& positions, const std::string& shapes);
 
 // (Tq, Tk) allowed mask of a causal rule.
 Tensor<bool> causal_allowed_mask(Index Tq, Index Tk, CausalAlignment alignment);
+
+// (Tq, Tk) allowed mask of a sliding window; ConfigError when a side is below -1.
+Tensor<bool> sliding_window_allowed_mask(Index Tq, Index Tk, const SlidingWindow& window);
 
 // Key padding from token ids: token_ids (B, Tk) -> allowed mask (B, 1, 1, Tk), true where token != pad_id.
 Tensor<bool> key_padding_allowed_mask(TensorView<const std::int64_t> token_ids, std::int64_t pad_id);

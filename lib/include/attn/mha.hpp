@@ -39,6 +39,7 @@ struct MhaOptions {
     std::optional<TensorView<const bool>> key_padding_allowed;  // (B, Tk): true = a real key, false = padding
     bool is_causal = false;                                     // and-ed with the masks
     CausalAlignment alignment = CausalAlignment::TopLeft;
+    std::optional<SlidingWindow> window;                        // and-ed too (attn/mask.hpp: the rule)
     MhaWeights weights = MhaWeights::None;
     bool training = false;            // dropout (MhaConfig::dropout) is applied only when true
     std::uint64_t dropout_step = 0;   // mixed into the dropout stream: a training loop passes its step for a fresh mask

@@ -30,6 +30,10 @@ struct SdpaOptions {
     std::optional<double> scale;  // default 1/sqrt(Dk)
     bool is_causal = false;       // and-ed with allowed_mask when both are given
     CausalAlignment alignment = CausalAlignment::TopLeft;
+    // Sliding window (attn/mask.hpp, SlidingWindow: FlashAttention's window_size, either alignment), and-ed with the
+    // causal rule and allowed_mask. Backend tiled never computes the key blocks a window excludes: the cost of a
+    // window of width w grows like Tq w, not Tq Tk.
+    std::optional<SlidingWindow> window;
     EmptyRowPolicy empty_rows = EmptyRowPolicy::Throw;
     bool check_finite = true;     // ValueError on a NaN/Inf at a readable position
     bool return_weights = false;

@@ -26,17 +26,16 @@ struct SdpaProblem {
     double scale = 1.0;
     TensorView<const T> q, k, v;                       // broadcast to batch_shape + their matrix dims
     std::optional<TensorView<const bool>> allowed_mask;  // broadcast to batch_shape + (Tq, Tk)
-    bool is_causal = false;
-    CausalAlignment alignment = CausalAlignment::TopLeft;
+    PositionRule positions;  // the causal rule and the sliding window
     std::vector<Index> q_offset, k_offset, v_offset, mask_offset;  // per flat batch index
 
     const T* q_row(Index b, Index i) const { return q.data() + q_offset[b] + i * q.stride(-2); }
     const T* k_row(Index b, Index j) const { return k.data() + k_offset[b] + j * k.stride(-2); }
     const T* v_row(Index b, Index j) const { return v.data() + v_offset[b] + j * v.stride(-2); }
 
-    // Whether query i of batch element b may read key j (explicit mask and causal rule together).
+    // Whether query i of batch element b may read key j (explicit mask, causal rule and window together).
     bool allowed(Index b, Index i, Index j) const {
-        if (is_causal && !causal_allows(i, j, Tq, Tk, alignment)) return false;
+        if (positions.restricts() && !positions.allows(i, j, Tq, Tk)) return false;
         if (!allowed_mask) return true;
         return allowed_mask->data()[mask_offset[b] + i * allowed_mask->stride(-2) + j * allowed_mask->stride(-1)];
     }
@@ -111,12 +110,20 @@ void check_scale_and_threads(const std::string& function, std::optional<double> 
                              const std::string& shapes);
 // SdpaOptions::tiled_query_block and tiled_key_block (or MhaOptions'): ConfigError naming them when negative.
 void check_tiled_blocks(const std::string& function, Index query_block, Index key_block, const std::string& shapes);
+// A sliding window's sides are -1 (unbounded) or >= 0: ConfigError naming the window otherwise.
+void check_window(const std::string& function, const SlidingWindow& window, const std::string& shapes);
+// The positional rule of the options (SdpaOptions, MhaOptions), its window checked.
+template <class Options>
+PositionRule position_rule(const std::string& function, const Options& options, const std::string& shapes) {
+    if (options.window) check_window(function, *options.window, shapes);
+    return PositionRule{options.is_causal, options.alignment, options.window};
+}
 
-// Readability of one (Tq, Tk) score matrix under the causal rule and an optional allowed mask (row i at
+// Readability of one (Tq, Tk) score matrix under the positional rule and an optional allowed mask (row i at
 // allowed + i * row_stride, key j at + j * key_stride): rows[i] = query i has an allowed key, keys[j] = some
 // query reads key j (both zeroed first). Returns the first empty row, -1 if none.
-Index row_readability(const bool* allowed, Index row_stride, Index key_stride, Index Tq, Index Tk, bool is_causal,
-                      CausalAlignment alignment, char* rows, char* keys);
+Index row_readability(const bool* allowed, Index row_stride, Index key_stride, Index Tq, Index Tk,
+                      const PositionRule& positions, char* rows, char* keys);
 
 // Readability per (batch, head) of the MHA module: the basis of its empty-row policy, finite checks and gathers.
 struct HeadReadability {
@@ -155,8 +162,8 @@ struct HeadReadability {
 
 // allowed: none, or the resolved mask broadcast to (B, H, Tq, Tk) (stride 0 on broadcast dims, which are computed
 // once and copied).
-HeadReadability head_readability(const std::optional<TensorView<const bool>>& allowed, bool is_causal,
-                                 CausalAlignment alignment, Index B, Index H, Index Tq, Index Tk);
+HeadReadability head_readability(const std::optional<TensorView<const bool>>& allowed, const PositionRule& positions,
+                                 Index B, Index H, Index Tq, Index Tk);
 
 // The MHA module's masks (the module and the oracle's MHA path) resolved once per call: one allowed view broadcast to (B, H, Tq, Tk), owning storage when the caller's
 // mask and key padding had to be combined.
@@ -172,8 +179,8 @@ HeadMasks resolve_masks(const std::string& function, const std::string& input_sh
                         Index H, Index Tq, Index Tk);
 
 // Under EmptyRowPolicy::Throw, a MaskError naming batch, head and row of the first empty row.
-void throw_if_empty_head_row(const std::string& function, const HeadReadability& readable, bool is_causal,
-                             CausalAlignment alignment, EmptyRowPolicy empty_rows, const std::string& shapes);
+void throw_if_empty_head_row(const std::string& function, const HeadReadability& readable,
+                             const PositionRule& positions, EmptyRowPolicy empty_rows, const std::string& shapes);
 
 // The one wording of a non-finite value: "<function>: <name> <shape> holds <value> at <where>, <why>".
 [[noreturn]] void throw_not_finite(const std::string& function, const std::string& name, const Shape& shape,

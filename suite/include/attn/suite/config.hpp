@@ -63,6 +63,8 @@ struct CaseConfig {
     std::string mask = "none";
     Index mask_rank = 0;       // rank of the explicit allowed-mask tensor as stored (0: none)
     bool mask_stride0 = false; // passed expanded to (B, H, Tq, Tk) as a stride-0 view
+    // options.window, written window=LEFT:RIGHT:tl|br ("window=256:0:br"; -1 = unbounded), and-ed with the mask.
+    std::optional<SlidingWindow> window;
     Index kv_heads = 1;        // K/V heads: H, 1 (broadcast) or a divisor of H (grouped-query attention)
     Dtype dtype = Dtype::Double;
     std::string values = "normal";  // the value distribution (a recipe name when `seed` is set)
