@@ -30,6 +30,7 @@ namespace {
 struct ProblemArgs {
     std::string q_path, k_path, v_path, allowed_mask_path;
     std::string causal;  // "", "top-left" or "bottom-right"
+    std::string window, window_alignment = "bottom-right";  // --window LEFT,RIGHT
     std::optional<double> scale;
     std::string empty_rows = "throw";
     bool no_check_finite = false;
@@ -60,6 +61,14 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
     cmd->add_option("--allowed-mask", args.allowed_mask_path,
                     "Bool mask broadcastable to (..., Tq, Tk); true = the query may read the key");
     cmd->add_option("--causal", args.causal, "Causal rule: top-left (j <= i) or bottom-right (j <= i + Tk - Tq)")
+        ->check(CLI::IsMember({"top-left", "bottom-right"}));
+    cmd->add_option("--window", args.window,
+                     "Sliding window LEFT,RIGHT (FlashAttention's window_size; -1 = unbounded): key j visible to "
+                     "query i iff i + d - LEFT <= j <= i + d + RIGHT, d = Tk - Tq (or 0 with --window-alignment "
+                     "top-left); and-ed with the mask and the causal rule");
+    cmd->add_option("--window-alignment", args.window_alignment,
+                     "bottom-right (FlashAttention's, d = Tk - Tq) or top-left (JAX's, d = 0)")
+        ->capture_default_str()
         ->check(CLI::IsMember({"top-left", "bottom-right"}));
     cmd->add_option("--scale", args.scale, "Logit scale (default 1/sqrt(Dk))");
     cmd->add_option("--dtype", args.dtype,
@@ -110,7 +119,8 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
 }
 
 SdpaOptions sdpa_options(const ProblemArgs& args) {
-    return sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite);
+    return sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite, "attn", args.window,
+                             args.window_alignment);
 }
 
 using Inputs = AttentionFiles;

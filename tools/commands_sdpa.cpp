@@ -17,6 +17,7 @@ namespace {
 struct SdpaArgs {
     std::string q_path, k_path, v_path, allowed_mask_path, out_path, weights_path;
     std::string causal;  // "", "top-left" or "bottom-right"
+    std::string window, window_alignment = "bottom-right";  // --window LEFT,RIGHT
     std::optional<double> scale;
     std::string empty_rows = "throw";
     std::string backend = "auto";
@@ -31,7 +32,8 @@ void run_sdpa(const SdpaArgs& args, const AttentionFiles& in) {
     const Tensor<T> q = npy::to_tensor<T>(in.q, args.q_path);  // (..., Tq, Dk)
     const Tensor<T> k = npy::to_tensor<T>(in.k, args.k_path);  // (..., Tk, Dk)
     const Tensor<T> v = npy::to_tensor<T>(in.v, args.v_path);  // (..., Tk, Dv)
-    SdpaOptions options = sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite);
+    SdpaOptions options = sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite, "sdpa",
+                                            args.window, args.window_alignment);
     options.backend = args.backend == "reference" ? Backend::Reference
                       : args.backend == "tiled"   ? Backend::Tiled
                                                   : Backend::Auto;
@@ -62,6 +64,14 @@ Action add_sdpa_command(CLI::App& app) {
     sdpa->add_option("--allowed-mask", args->allowed_mask_path,
                      "Bool mask broadcastable to (..., Tq, Tk); true = the query may read the key");
     sdpa->add_option("--causal", args->causal, "Causal rule: top-left (j <= i) or bottom-right (j <= i + Tk - Tq)")
+        ->check(CLI::IsMember({"top-left", "bottom-right"}));
+    sdpa->add_option("--window", args->window,
+                     "Sliding window LEFT,RIGHT (FlashAttention's window_size; -1 = unbounded): key j visible to "
+                     "query i iff i + d - LEFT <= j <= i + d + RIGHT, d = Tk - Tq (or 0 with --window-alignment "
+                     "top-left); and-ed with the mask and the causal rule");
+    sdpa->add_option("--window-alignment", args->window_alignment,
+                     "bottom-right (FlashAttention's, d = Tk - Tq) or top-left (JAX's, d = 0)")
+        ->capture_default_str()
         ->check(CLI::IsMember({"top-left", "bottom-right"}));
     sdpa->add_option("--scale", args->scale, "Logit scale (default 1/sqrt(Dk))");
     sdpa->add_option("--empty-rows", args->empty_rows, "Rows with no allowed key: throw (error), zero or nan")

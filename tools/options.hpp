@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "attn/error.hpp"
@@ -10,11 +11,38 @@
 
 namespace attn::cli {
 
+// A sliding window from "LEFT,RIGHT" (-1 = unbounded; "" = none) and its alignment, "bottom-right" (FlashAttention's)
+// or "top-left" (JAX's). ConfigError naming `function` when it does not parse; the sides' range is the library's check.
+inline std::optional<SlidingWindow> window_from(const std::string& window, const std::string& alignment,
+                                                const std::string& function = "attn") {
+    if (alignment != "top-left" && alignment != "bottom-right")
+        throw ConfigError(function + ": the window's alignment must be top-left or bottom-right, got '" + alignment +
+                          "'");
+    if (window.empty()) return std::nullopt;
+    SlidingWindow w;
+    w.alignment = alignment == "top-left" ? CausalAlignment::TopLeft : CausalAlignment::BottomRight;
+    std::size_t used_left = 0, used_right = 0;
+    const auto comma = window.find(',');
+    try {
+        if (comma == std::string::npos) throw std::invalid_argument("no comma");
+        w.left = std::stoll(window.substr(0, comma), &used_left);
+        w.right = std::stoll(window.substr(comma + 1), &used_right);
+    } catch (const std::exception&) {
+        used_left = 0;
+    }
+    if (used_left == 0 || used_left != comma || used_right == 0 || comma + 1 + used_right != window.size())
+        throw ConfigError(function + ": the window must be LEFT,RIGHT (two integers, -1 = unbounded), got '" + window +
+                          "'");
+    return w;
+}
+
 // The options every attention command shares, from their command-line spellings: causal "", "top-left" or
-// "bottom-right"; empty rows "throw", "zero" or "nan" (ConfigError naming `function` for anything else).
+// "bottom-right"; empty rows "throw", "zero" or "nan"; the window as window_from reads it (ConfigError naming
+// `function` for anything else).
 inline SdpaOptions sdpa_options_from(std::optional<double> scale, const std::string& causal,
                                      const std::string& empty_rows, bool check_finite,
-                                     const std::string& function = "attn") {
+                                     const std::string& function = "attn", const std::string& window = "",
+                                     const std::string& window_alignment = "bottom-right") {
     if (!causal.empty() && causal != "top-left" && causal != "bottom-right")
         throw ConfigError(function + ": causal must be top-left or bottom-right (or none), got '" + causal + "'");
     if (empty_rows != "throw" && empty_rows != "zero" && empty_rows != "nan")
@@ -27,6 +55,7 @@ inline SdpaOptions sdpa_options_from(std::optional<double> scale, const std::str
                          : empty_rows == "nan" ? EmptyRowPolicy::Nan
                                                : EmptyRowPolicy::Throw;
     options.check_finite = check_finite;
+    options.window = window_from(window, window_alignment, function);
     return options;
 }
 

@@ -144,3 +144,49 @@ TEST_CASE("attn sdpa reports bad input on stderr with exit code 2", "[cli][error
         CHECK(run.stderr_text.find("--causal") != std::string::npos);
     }
 }
+
+TEST_CASE("attn sdpa, oracle and check apply the sliding window they are given", "[cli]") {
+    const Scratch scratch;
+    write_worked_example<double>(scratch);
+    const std::string inputs = " --q '" + (scratch / "q.npy") + "' --k '" + (scratch / "k.npy") + "' --v '" +
+                               (scratch / "v.npy") + "'";
+    // (1, 0), Tq = Tk = 3: query 0 reads key 0 alone, query i keys i-1 and i. Top-left (0, 0): key i alone.
+    const Run banded = run_attn(scratch, worked_example_args(scratch) + " --window 1,0 --backend tiled");
+    INFO(banded.stderr_text);
+    REQUIRE(banded.exit_code == 0);
+    const auto out = npy::to_tensor<double>(npy::read_file(scratch / "out.npy"), "out.npy");
+    CHECK(out[0] == 10.0);
+    CHECK(out[1] == 0.0);
+    // Query 2 reads keys 1 and 2 with logits (1, 2) / 2: weights (1, e^0.5) / (1 + e^0.5) on v1 = (0, 10), v2 = (5, 5).
+    const double w1 = 1.0 / (1.0 + std::exp(0.5)), w2 = 1.0 - w1;
+    CHECK(out[4] == Approx(5 * w2).epsilon(1e-12));
+    CHECK(out[5] == Approx(10 * w1 + 5 * w2).epsilon(1e-12));
+    // attn check accepts it under the same window, and refuses it without (query 0 then reads every key).
+    const std::string check = "check" + inputs + " --model tiled --key-block 256 --candidate '" + (scratch / "out.npy") + "'";
+    CHECK(run_attn(scratch, check + " --window 1,0").exit_code == 0);
+    CHECK(run_attn(scratch, check).exit_code == 1);
+    const Run diagonal = run_attn(scratch, worked_example_args(scratch) + " --window 0,0 --window-alignment top-left");
+    REQUIRE(diagonal.exit_code == 0);
+    const auto diag = npy::to_tensor<double>(npy::read_file(scratch / "out.npy"), "out.npy");
+    for (Index x = 0; x < 6; ++x) CHECK(diag[x] == std::vector<double>{10, 0, 0, 10, 5, 5}[std::size_t(x)]);
+    // The oracle writes the same diagonal.
+    const Run oracle = run_attn(scratch, "oracle" + inputs + " --window 0,0 --window-alignment top-left --out '" +
+                                             (scratch / "exact.npy") + "'");
+    REQUIRE(oracle.exit_code == 0);
+    const auto exact = npy::to_tensor<double>(npy::read_file(scratch / "exact.npy"), "exact.npy");
+    for (Index x = 0; x < 6; ++x) CHECK(exact[x] == diag[x]);
+    // Bad windows: exit 2, naming the window.
+    const Run unparsed = run_attn(scratch, worked_example_args(scratch) + " --window 3");
+    CHECK(unparsed.exit_code == 2);
+    CHECK(unparsed.stderr_text.find("the window must be LEFT,RIGHT") != std::string::npos);
+    const Run below = run_attn(scratch, worked_example_args(scratch) + " --window -2,0");
+    CHECK(below.exit_code == 2);
+    CHECK(below.stderr_text.find("window (-2, 0) bottom-right") != std::string::npos);
+    // A window that leaves query 0 with no key (top-left (0, 0) shifted: bottom-right with Tk < Tq).
+    npy::write_file<double>(scratch / "k.npy", Tensor<double>({1, 2, 4}, {1, 0, 0, 0, 0, 1, 0, 0}).view());
+    npy::write_file<double>(scratch / "v.npy", Tensor<double>({1, 2, 2}, {10, 0, 0, 10}).view());
+    const Run empty = run_attn(scratch, worked_example_args(scratch) + " --window 0,0");
+    CHECK(empty.exit_code == 2);
+    CHECK(empty.stderr_text.find("query row 0") != std::string::npos);
+    CHECK(empty.stderr_text.find("window (0, 0) bottom-right") != std::string::npos);
+}
