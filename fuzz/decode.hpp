@@ -417,6 +417,16 @@ inline MaskSpec decode_mask_spec(FuzzedDataProvider& in, const Dims& dims) {
     return m;
 }
 
+// The case's sliding window, from bits of the mask spec the mask never reads (its density reads only the top two):
+// bits 0-1 equal to 01 turn it on (a quarter of the inputs), bits 2-3 and 4-5 pick left and right from {-1, 0, 1, 4};
+// its alignment is the mask spec's. Taken from existing bits, so inputs decode the same shapes as before; 01 is the
+// pattern no saved finding of regressions/fuzz has, so each still decodes the case it was saved for.
+inline std::optional<SlidingWindow> decode_window(const MaskSpec& m) {
+    if ((m.density & 3u) != 1u) return std::nullopt;
+    constexpr Index sides[] = {-1, 0, 1, 4};
+    return SlidingWindow{sides[(m.density >> 2) & 3u], sides[(m.density >> 4) & 3u], m.alignment};
+}
+
 // Builds the mask operand of `spec` with shape `shape` (the spec's, or a corrupted one). Random bits come from the
 // input, eight per byte.
 inline Operand<bool> make_mask(FuzzedDataProvider& in, const MaskSpec& spec, const Shape& shape) {
@@ -483,6 +493,9 @@ inline SdpaOptions decode_options(FuzzedDataProvider& in, bool allow_threads) {
 inline std::string describe(const SdpaOptions& o) {
     std::string s = std::string("policy=") + to_string(o.empty_rows);
     if (o.is_causal) s += std::string(",causal=") + to_string(o.alignment);
+    if (o.window)
+        s += ",window=" + std::to_string(o.window->left) + ":" + std::to_string(o.window->right) + ":" +
+             to_string(o.window->alignment);
     if (o.scale) s += ",scale=" + std::to_string(*o.scale);
     if (!o.check_finite) s += ",check_finite=0";
     if (o.return_weights) s += ",weights=1";
@@ -527,6 +540,10 @@ inline AllowedModel model_allowed(const Shape& batch, Index Tq, Index Tk, const 
         const Index i = idx[idx.size() - 2], j = idx[idx.size() - 1];
         bool a = true;
         if (o.is_causal) a = o.alignment == CausalAlignment::TopLeft ? j <= i : j <= i + Tk - Tq;
+        if (a && o.window) {  // FlashAttention's (bottom-right) or JAX's (top-left) band, written out here too
+            const Index d = o.window->alignment == CausalAlignment::TopLeft ? i : i + Tk - Tq;
+            a = (o.window->left < 0 || j >= d - o.window->left) && (o.window->right < 0 || j <= d + o.window->right);
+        }
         if (a && allowed_mask) a = broadcast_get(*allowed_mask, scores, idx);
         m.allowed[static_cast<std::size_t>(n)] = a;
         if (a) m.row_nonempty[static_cast<std::size_t>(n / Tk)] = 1;

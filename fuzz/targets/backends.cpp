@@ -32,6 +32,7 @@ void run(FuzzedDataProvider& in) {
     ks.insert(ks.end(), {dims.Tk, dims.Dk});
     vs.insert(vs.end(), {dims.Tk, dims.Dv});
     const MaskSpec spec = decode_mask_spec(in, dims);
+    options.window = decode_window(spec);
     const Layout ql = Layout::decode(in), kl = Layout::decode(in), vl = Layout::decode(in);
     ValueSource<T> values(in, profile);
     const auto fill = [&](Index) { return values.next(); };
