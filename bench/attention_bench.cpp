@@ -4,6 +4,8 @@
 // Benchmark names are config strings (attn/suite/config.hpp):
 // "sdpa(B=1,H=8,Tq=4096,Tk=4096,Dk=64,Dv=64,mask=none,dtype=float,threads=1,impl=tiled)".
 // FLOPs per attention = 4 B H Tq Tk D (also for causal, so causal shows as higher GFLOP/s); per gemm 2 M N K.
+// Sliding-window rows count 4 B H D per visible (query, key) pair instead: their GFLOP/s is the rate on the work a
+// window leaves, so it compares with the gemm directly.
 // float16 and bfloat16 rows: the tiled kernel on 16-bit storage (float32 arithmetic), against the float gemm.
 // Own flags (before Google Benchmark's): --quick (fewer shapes), --reps N, --memory-probe IMPL T [DTYPE].
 #include <benchmark/benchmark.h>
@@ -14,8 +16,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
@@ -104,13 +108,15 @@ void naive_attention(const T* q, const T* k, const T* v, T* out, Index batch, In
 }
 
 template <class T>
-void bench_attention(benchmark::State& state, const std::string& impl, Index Tq, Index Tk, bool causal, int threads) {
+void bench_attention(benchmark::State& state, const std::string& impl, Index Tq, Index Tk, bool causal, int threads,
+                     std::optional<attn::SlidingWindow> window = std::nullopt) {
     const auto q = random_tensor<T>({B, H, Tq, D}, 1);
     const auto k = random_tensor<T>({B, H, Tk, D}, 2);
     const auto v = random_tensor<T>({B, H, Tk, D}, 3);
     attn::SdpaOptions options;
     options.is_causal = causal;
     options.alignment = attn::CausalAlignment::BottomRight;  // Tq <= Tk here: every row has a key
+    options.window = window;
     options.num_threads = threads;
     options.backend = impl == "tiled" ? attn::Backend::Tiled : attn::Backend::Reference;
     attn::Tensor<T> out({B, H, Tq, D});
@@ -126,7 +132,13 @@ void bench_attention(benchmark::State& state, const std::string& impl, Index Tq,
             benchmark::DoNotOptimize(r.output.data());
         }
     }
-    state.counters["flop"] = 4.0 * double(B * H) * double(Tq) * double(Tk) * double(D);
+    double pairs = double(Tq) * double(Tk);
+    if (window) {
+        const attn::PositionRule rule{causal, attn::CausalAlignment::BottomRight, window};
+        pairs = 0;
+        for (Index i = 0; i < Tq; ++i) pairs += double(rule.keys(i, Tq, Tk).end - rule.keys(i, Tq, Tk).begin);
+    }
+    state.counters["flop"] = 4.0 * double(B * H) * pairs * double(D);
 }
 
 void register_all(bool quick, int reps_override) {
@@ -135,11 +147,16 @@ void register_all(bool quick, int reps_override) {
     struct Shape {
         Index Tq, Tk;
         bool causal;
+        std::optional<attn::SlidingWindow> window = std::nullopt;  // tiled rows only (the others compute Tq Tk)
     };
     std::vector<Shape> shapes;
     for (Index T : Ts) shapes.push_back({T, T, false});  // self
     for (Index T : Ts) shapes.push_back({T, T, true});   // causal
     if (!quick) shapes.push_back({128, 4096, false});    // cross
+    // FlashAttention's local attention (window_size = (256, 0)): at T = 4096 next to the rows above, and at 16384,
+    // where a window's cost (T w) is 1/64 of full attention's (T^2).
+    for (Index T : quick ? std::vector<Index>{2048} : std::vector<Index>{4096, 16384})
+        shapes.push_back({T, T, false, attn::SlidingWindow{256, 0}});
     const double min_time = quick ? 0.05 : 0.2;
     const int reps = reps_override > 0 ? reps_override : quick ? 3 : 5;
     for (int threads : {1, 2}) {
@@ -164,14 +181,16 @@ void register_all(bool quick, int reps_override) {
                 sixteen_bit ? std::vector<const char*>{"tiled"} : std::vector<const char*>{"naive", "reference", "tiled"};
             for (const Shape& sh : shapes)
                 for (const char* impl : impls) {
+                    if (sh.window && (std::string(impl) != "tiled" || !std::is_same_v<T, float>)) continue;
                     attn::suite::CaseConfig row = config;
                     row.B = B, row.H = row.kv_heads = H, row.Tq = sh.Tq, row.Tk = sh.Tk, row.Dk = row.Dv = D;
-                    row.mask = sh.causal ? "causal-br" : "none";
+                    row.mask = sh.causal ? "causal-br" : sh.window ? "window" : "none";
+                    row.window = sh.window;
                     row.impl = impl;
                     const std::string name = row.to_config();
                     const std::string which = impl;
                     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-                        bench_attention<T>(s, which, sh.Tq, sh.Tk, sh.causal, threads);
+                        bench_attention<T>(s, which, sh.Tq, sh.Tk, sh.causal, threads, sh.window);
                     })->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
                 }
         };

@@ -47,10 +47,14 @@ SdpaResult<T> sdpa(TensorView<const T> q, TensorView<const T> k, TensorView<cons
                    std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
     const SdpaProblem<T> problem = make_sdpa_problem<T>("sdpa", q, k, v, allowed_mask, options);
     const std::vector<Readability> readable = check_contracts(problem, options);
-    SdpaResult<T> result{Tensor<T>(problem.output_shape()), std::nullopt};
+    const Backend backend = resolve(options.backend, options, problem.Tq, problem.Tk);
+    // The tiled kernel writes every element of every output row (empty rows per the policy included).
+    SdpaResult<T> result{backend == Backend::Tiled ? Tensor<T>::uninitialized(problem.output_shape())
+                                                   : Tensor<T>(problem.output_shape()),
+                         std::nullopt};
     if (options.return_weights) result.weights = Tensor<T>(problem.weights_shape());
     T* weights = result.weights ? result.weights->data() : nullptr;
-    switch (resolve(options.backend, options, problem.Tq, problem.Tk)) {
+    switch (backend) {
         case Backend::Auto:
         case Backend::Reference:
             detail::sdpa_reference(problem, readable, options, result.output.data(), weights);

@@ -322,12 +322,14 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             // explicit mask); every allowed logit must be finite.
             const bool position_cut = k0 < w.panel_all_from[jq] || k0 + nbj > w.panel_all_see[jq];
             if (position_cut || p.allowed_mask) {
+                // One vector pass first: when every logit of the tile is finite, no allowed one needs a look.
+                const bool tile_finite = !options.check_finite || all_finite(s, nbj * nr);
                 for (Index rr = 0; rr < nr && jq * nr + rr < rows; ++rr) {
                     const Index i = jq * nr + rr;
                     const Index begin = std::clamp<Index>(w.row_begin[i] - k0, 0, nbj);
                     const Index end = std::clamp<Index>(w.row_end[i] - k0, begin, nbj);
                     for (Index c = 0; c < begin; ++c) s[c * nr + rr] = neg_inf;
-                    for (Index c = begin; c < end; ++c) {
+                    for (Index c = begin; c < end && (p.allowed_mask || !tile_finite); ++c) {
                         T& x = s[c * nr + rr];
                         if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[k0 + c])) {
                             x = neg_inf;

@@ -163,13 +163,12 @@ template <class T>
 class Tensor {
 public:
     Tensor() = default;
-    explicit Tensor(Shape shape, T fill = T{}) : shape_(std::move(shape)) {
-        for (Index s : shape_)
-            if (s < 0) throw ShapeError("Tensor: negative extent in shape " + to_string(shape_));
-        size_ = attn::numel(shape_);
-        data_ = std::make_unique<T[]>(static_cast<std::size_t>(size_));
+    explicit Tensor(Shape shape, T fill = T{}) : Tensor(std::move(shape), Uninitialized{}) {
         std::fill_n(data_.get(), size_, fill);
     }
+    // Storage left unwritten, for a kernel that writes every element before anything reads it (no pass over memory
+    // that the kernel's own writes would repeat).
+    static Tensor uninitialized(Shape shape) { return Tensor(std::move(shape), Uninitialized{}); }
     Tensor(Shape shape, std::initializer_list<T> values) : Tensor(std::move(shape)) {
         if (static_cast<Index>(values.size()) != size_)
             throw ShapeError("Tensor: " + std::to_string(values.size()) + " values for shape " + to_string(shape_));
@@ -178,7 +177,7 @@ public:
     // A default-constructed tensor (no storage) copies to another one, not to a rank-0 tensor of one element.
     Tensor(const Tensor& o) : shape_(o.shape_), size_(o.size_) {
         if (!o.data_) return;
-        data_ = std::make_unique<T[]>(static_cast<std::size_t>(size_));
+        data_ = std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(size_));
         std::copy_n(o.data_.get(), size_, data_.get());
     }
     Tensor& operator=(const Tensor& o) {
@@ -220,6 +219,14 @@ public:
     }
 
 private:
+    struct Uninitialized {};
+    Tensor(Shape shape, Uninitialized) : shape_(std::move(shape)) {
+        for (Index s : shape_)
+            if (s < 0) throw ShapeError("Tensor: negative extent in shape " + to_string(shape_));
+        size_ = attn::numel(shape_);
+        data_ = std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(size_));
+    }
+
     Shape shape_{0};  // a default tensor is empty (rank 1, no elements), never a rank-0 scalar without storage
     Index size_ = 0;
     std::unique_ptr<T[]> data_;
