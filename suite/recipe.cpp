@@ -116,9 +116,12 @@ void draw_mask(SdpaCase& c, const CaseConfig& config, Rng& rng) {
             if (!any) allowed[row * c.Tk + static_cast<Index>(rng.next() % static_cast<std::uint64_t>(c.Tk))] = true;
         }
         c.allowed_mask = std::move(allowed);
+    } else if (kind == "window" && config.mask_rank == 0) {
+        if (!config.window) no_recipe(config, "mask=window needs its window=LEFT:RIGHT:tl|br field");
     } else if (kind != "none" || config.mask_rank != 0) {
         no_recipe(config, "no recipe for mask=" + kind + (config.mask_rank ? "-r" + std::to_string(config.mask_rank) : "") +
-                              " (known: none, causal-tl, causal-br, causal-tl-r2, causal-br-r2, padding-r4, random-r4)");
+                              " (known: none, causal-tl, causal-br, causal-tl-r2, causal-br-r2, padding-r4, random-r4, "
+                              "window)");
     }
 }
 

@@ -56,7 +56,11 @@ Row parse_name(const std::string& run_name) {
     r.impl = c.op == "gemm" ? "gemm" : c.impl;
     r.dtype = suite::to_string(c.dtype);
     r.threads = c.threads;
-    r.kase = c.op == "gemm" ? "gemm" : c.mask == "causal-br" ? "causal" : c.Tq == c.Tk ? "self" : "cross";
+    r.kase = c.op == "gemm"            ? "gemm"
+             : c.mask == "causal-br" ? "causal"
+             : c.window              ? "window"  // GFLOP/s counted on the visible pairs (bench/attention_bench.cpp)
+             : c.Tq == c.Tk          ? "self"
+                                     : "cross";
     r.Tq = static_cast<long>(c.Tq), r.Tk = static_cast<long>(c.Tk), r.D = static_cast<long>(c.Dk);
     return r;
 }
@@ -252,6 +256,11 @@ void print_targets(Measured& m, bool quick, const MemoryFigures& memory) {
         target(what.c_str(), h1 && sgemm, h1 && sgemm ? 100 * h1->gflops() / gemm_gflops[{"float", 1}] : 0, 75, true,
                "%");
     }
+    // FlashAttention's local attention, window (256, 0), at T = 16384: the rate on the pairs the window leaves.
+    const Row* w1 = find("tiled", "float", 1, "window", quick ? 2048 : 16384);
+    target(quick ? "tiled float window (256, 0) T=2048, % of sgemm on visible pairs"
+                 : "tiled float window (256, 0) T=16384, % of sgemm on visible pairs",
+           w1 && sgemm, w1 && sgemm ? 100 * w1->gflops() / gemm_gflops[{"float", 1}] : 0, 70, true, "%");
     target("tiled memory at T=32768 beyond inputs and output", tiled_32k >= 0, tiled_32k, 64, false, " MiB");
     // Half the input memory of float, as measured (resident pages): each of the three inputs may hold one page
     // (4 KiB) more than its bytes, which is the slack over one half.

@@ -252,7 +252,7 @@ Row row_from_json(const nlohmann::json& j) {
         c.Dv = field("Dv").get<Index>();
         c.mask_kind = enum_from_string(field("mask").get<std::string>(),
                                        {MaskKind::None, MaskKind::CausalTopLeft, MaskKind::CausalBottomRight,
-                                        MaskKind::Padding, MaskKind::Random},
+                                        MaskKind::Padding, MaskKind::Random, MaskKind::Window},
                                        "mask");
         c.distribution = enum_from_string(field("dist").get<std::string>(),
                                           {Distribution::Normal, Distribution::LargeLogits, Distribution::NearTies,

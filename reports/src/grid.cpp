@@ -27,6 +27,7 @@ const char* to_string(MaskKind mask_kind) {
         case MaskKind::CausalBottomRight: return "causal-br";
         case MaskKind::Padding: return "padding";
         case MaskKind::Random: return "random";
+        case MaskKind::Window: return "window";
     }
     return "?";
 }
@@ -73,6 +74,7 @@ suite::CaseConfig row_config(const Case& c, const std::string& impl, Dtype dtype
     config.mask = to_string(c.mask_kind);
     // The padding (B, 1, 1, Tk) and random (B, H, Tq, Tk) masks are rank-4 tensors; causal masks are the option.
     config.mask_rank = c.mask_kind == MaskKind::Padding || c.mask_kind == MaskKind::Random ? 4 : 0;
+    if (c.mask_kind == MaskKind::Window) config.window = SlidingWindow{4, 1, CausalAlignment::BottomRight};
     config.dtype = dtype;
     config.values = to_string(c.distribution);
     if (c.distribution == Distribution::LargeLogits) config.logit_std = c.logit_std;
@@ -93,8 +95,8 @@ std::string config_string(const Case& c, const std::string& impl, Dtype dtype) {
 
 namespace {
 
-const MaskKind all_masks[] = {MaskKind::None, MaskKind::CausalTopLeft, MaskKind::CausalBottomRight, MaskKind::Padding,
-                              MaskKind::Random};
+const MaskKind all_masks[] = {MaskKind::None,    MaskKind::CausalTopLeft, MaskKind::CausalBottomRight,
+                              MaskKind::Padding, MaskKind::Random,        MaskKind::Window};
 const Distribution all_distributions[] = {Distribution::Normal, Distribution::LargeLogits, Distribution::NearTies,
                                           Distribution::WideRange, Distribution::Subnormal};
 

@@ -30,10 +30,12 @@ enum class MaskKind {
     CausalBottomRight,  // is_causal, iff j <= i + Tk - Tq (the KV-cache case)
     Padding,            // key padding (B, 1, 1, Tk): batch b keeps a prefix of its keys
     Random,             // (B, H, Tq, Tk) allowed mask, each key allowed with probability 1/2
+    Window,             // the sliding window (4, 1) bottom-right (SdpaOptions::window): key j visible iff
+                        // i + Tk - Tq - 4 <= j <= i + Tk - Tq + 1
 };
 
 const char* to_string(Distribution distribution);  // "normal", "large-logits", "near-ties", "wide-range", "subnormal"
-const char* to_string(MaskKind mask_kind);          // "none", "causal-tl", "causal-br", "padding", "random"
+const char* to_string(MaskKind mask_kind);  // "none", "causal-tl", "causal-br", "padding", "random", "window"
 using suite::to_string;                             // Dtype: "float", "double"
 
 // One grid point, independent of the implementation and the dtype.

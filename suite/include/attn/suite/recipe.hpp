@@ -8,7 +8,8 @@
 //   wide-range    random signs, |q|, |k| = 2^U(-3, 1), |v| = 2^U(-20, 20): forty binades in the weighted sum
 //   subnormal     v = N(0, 1) x smallest normal x 2^U(-24, -1) (subnormal in the dtype); a quarter of q, k too
 // Masks (`mask=`): none; causal-tl and causal-br (the is_causal option); padding-r4 ((B, 1, 1, Tk): batch b keeps its
-// first max(1, Tk - (b+1) Tk / (2B+2)) keys); random-r4 ((B, H, Tq, Tk) fair coins, an empty row gets one key back).
+// first max(1, Tk - (b+1) Tk / (2B+2)) keys); random-r4 ((B, H, Tq, Tk) fair coins, an empty row gets one key back);
+// window (no tensor: the sliding window of the config's window= field).
 // The property generator's value kinds of the same names (suite/generators.hpp) are other recipes: a config
 // without a seed names those, and its case file holds the values.
 #pragma once
