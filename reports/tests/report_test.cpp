@@ -70,7 +70,7 @@ TEST_CASE("the quick grid covers what the report promises") {
     CHECK(max_Tk >= 4096);
     CHECK(max_Dk >= 512);
     CHECK(tq_ne_tk);
-    CHECK(dist_mask.size() == 25);  // 5 distributions x 5 masks
+    CHECK(dist_mask.size() == 30);  // 5 distributions x 6 masks (none, causal tl/br, padding, random, window)
     CHECK(make_grid(GridKind::Full).size() > cases.size());
 }
 
