@@ -20,6 +20,7 @@ CaseConfig config_of(const SdpaCase& c, const std::string& impl) {
     config.mask_rank = c.allowed_mask ? c.allowed_mask->rank() : 0;
     config.mask_stride0 = c.mask_stride0;
     config.window = c.options.window;
+    if (c.options.softcap != 0) config.softcap = c.options.softcap;
     config.kv_heads = c.kv_heads;
     config.dtype = c.dtype;
     config.values = c.distribution;
@@ -166,6 +167,7 @@ std::string to_json(const CaseFile& f) {
                     {"empty_rows", attn::to_string(c.options.empty_rows)},
                     {"check_finite", c.options.check_finite},
                     {"num_threads", c.options.num_threads}};
+    if (c.options.softcap != 0) j["options"]["softcap"] = hex(c.options.softcap);  // absent when off
     json m = {{"kind", c.mask_kind}, {"stride0", c.mask_stride0}};
     if (c.allowed_mask) {
         std::string bits;
@@ -224,6 +226,7 @@ CaseFile case_from_json(const std::string& text, const std::string& origin) {
                                                  ? CausalAlignment::TopLeft
                                                  : CausalAlignment::BottomRight};
         }
+        if (o.contains("softcap")) c.options.softcap = unhex(o.at("softcap").get<std::string>(), origin);
         c.options.empty_rows = policy_from(o.at("empty_rows").get<std::string>(), origin);
         c.options.check_finite = o.at("check_finite");
         c.options.num_threads = o.value("num_threads", 0);

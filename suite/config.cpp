@@ -112,6 +112,7 @@ std::string CaseConfig::to_config() const {
     if (logit_std) s << ",logit_std=" << format_number(*logit_std);
     if (seed) s << ",seed=" << hex(*seed);
     if (scale) s << ",scale=" << format_number(*scale, dtype);
+    if (softcap) s << ",softcap=" << format_number(*softcap, dtype);
     if (empty_rows != EmptyRowPolicy::Throw) s << ",empty_rows=" << to_string(empty_rows);
     if (!check_finite) s << ",check_finite=off";
     if (threads != 0) s << ",threads=" << threads;
@@ -212,6 +213,7 @@ CaseConfig parse_config(const std::string& text) {
         else if (key == "logit_std") c.logit_std = parse_double(text, key, value);
         else if (key == "seed") c.seed = parse_int<std::uint64_t>(text, key, value, 16);
         else if (key == "scale") c.scale = parse_double(text, key, value);  // rounded to the dtype below
+        else if (key == "softcap") c.softcap = parse_double(text, key, value);  // the same
         else if (key == "empty_rows") {
             if (value == "throw") c.empty_rows = EmptyRowPolicy::Throw;
             else if (value == "zero") c.empty_rows = EmptyRowPolicy::Zero;
@@ -225,7 +227,7 @@ CaseConfig parse_config(const std::string& text) {
         else if (key == "impl") c.impl = checked(value, "impl");
         else
             throw ConfigError("config string '" + text + "': unknown field '" + key +
-                              "' (known: B, H, Tq, Tk, Dk, Dv, mask, window, kv_heads, dtype, values, logit_std, seed, scale, "
+                              "' (known: B, H, Tq, Tk, Dk, Dv, mask, window, kv_heads, dtype, values, logit_std, seed, scale, softcap, "
                               "empty_rows, check_finite, threads, impl)");
     }
     for (const char* required : {"B", "H", "Tq", "Tk", "Dk", "Dv", "mask", "dtype", "impl"})
@@ -233,10 +235,11 @@ CaseConfig parse_config(const std::string& text) {
     if (!kv_given) c.kv_heads = c.H;
     // A float case's scale (and a 16-bit one's, which scales in float) is written as the shortest float: read it
     // back as that float.
-    if (c.scale && scale_is_float(c.dtype)) {
-        const double f = static_cast<double>(static_cast<float>(*c.scale));
+    for (auto [name, field] : {std::pair{"scale", &c.scale}, std::pair{"softcap", &c.softcap}}) {
+        if (!*field || !scale_is_float(c.dtype)) continue;
+        const double f = static_cast<double>(static_cast<float>(**field));
         for (const auto& [key, value] : fields)
-            if (key == "scale" && format_number(f, Dtype::Float) == value) c.scale = f;
+            if (key == name && format_number(f, Dtype::Float) == value) *field = f;
     }
     return c;
 }
@@ -267,6 +270,7 @@ std::vector<std::string> field_values(const CaseConfig& c, const std::string& ke
     if (key == "logit_std") return {opt(c.logit_std, "", [](double x) { return format_number(x); })};
     if (key == "seed") return {opt(c.seed, "", hex)};
     if (key == "scale") return {opt(c.scale, "", [&](double x) { return format_number(x, c.dtype); })};
+    if (key == "softcap") return {opt(c.softcap, "0", [&](double x) { return format_number(x, c.dtype); })};
     if (key == "empty_rows") return {to_string(c.empty_rows)};
     if (key == "check_finite") return {c.check_finite ? "on" : "off"};
     if (key == "threads") return {std::to_string(c.threads)};

@@ -87,6 +87,7 @@ SdpaResult<T> run_external(KernelProcess& kernel, TensorView<const T> q, TensorV
         else throw Unsupported(tl ? "causal top-left (the kernel declares neither its flag nor bool masks)"
                                   : "causal bottom-right (the kernel declares neither its flag nor bool masks)");
     }
+    if (p.softcap != 0) throw Unsupported("a softcap (the kernel ABI has no soft-capping field)");
     if (p.positions.window) {
         if (!has_bool) throw Unsupported("a sliding window (the kernel declares no bool masks)");
         folded.window = p.positions.window;

@@ -366,6 +366,9 @@ void draw_options(SdpaCase& c, Dtype dtype, const CaseSpec& spec) {
     c.options.num_threads = *rc::gen::weightedElement<int>({{6, 0}, {1, 1}, {1, 2}, {1, 3}});
     if (spec.masks != Masks::EmptyRows && *rc::gen::weightedElement<int>({{3, 0}, {1, 1}}) == 1)
         c.options.empty_rows = EmptyRowPolicy::Zero;
+    // Caps around the logits' sizes: far inside them (every logit saturates), near them, and beyond them.
+    if (spec.force_softcap || (spec.softcap && *rc::gen::weightedElement<int>({{5, 0}, {1, 1}}) == 1))
+        c.options.softcap = round_to(dtype, *rc::gen::element(0.05, 0.5, 2.0, 7.5, 30.0, 1e4));
 }
 
 }  // namespace

@@ -35,6 +35,10 @@ struct CaseSpec {
     bool small = false;         // keep shapes tiny (properties that call the implementation many times)
     bool force_grouped = false; // kv_heads < H always (shared or grouped K/V heads)
     bool very_long_keys = false;  // one case in ten has Tk in [257, 600): several key blocks of `tiled`
+    // Soft-capping (SdpaOptions::softcap): one case in six caps its logits (softcap = false: never, for properties
+    // whose statement is about the plain logits); force_softcap: every case does.
+    bool softcap = true;
+    bool force_softcap = false;
 };
 
 // The special-value float generator (RapidCheck's gen::arbitrary<double> yields no NaN, Inf, subnormal or -0):

@@ -146,6 +146,7 @@ SdpaCase make_case(const CaseConfig& config) {
     c.mask_kind = config.mask;
     c.options.scale = config.scale;
     c.options.window = config.window;
+    c.options.softcap = config.softcap.value_or(0.0);
     c.options.empty_rows = config.empty_rows;
     c.options.check_finite = config.check_finite;
     c.options.num_threads = config.threads;

@@ -38,6 +38,8 @@ struct ProblemArgs {
     std::string model = "generic";
     Index key_block = 64;
     std::optional<double> stale_max;  // overrides the model's (lazy rescaling)
+    double softcap = 0;               // --softcap
+    std::optional<double> tanh_ulps;  // overrides the model's (soft-capping)
     std::string underflow;            // "", "gradual" or "ftz": overrides the model's
     bool block_partial_sums = false;  // tiled: each key block's sums are formed apart and then added
     bool sequential_sums = false;     // the sums over keys add one term at a time, in key order
@@ -71,6 +73,11 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
         ->capture_default_str()
         ->check(CLI::IsMember({"top-left", "bottom-right"}));
     cmd->add_option("--scale", args.scale, "Logit scale (default 1/sqrt(Dk))");
+    cmd->add_option("--softcap", args.softcap, softcap_help)->capture_default_str();
+    cmd->add_option("--tanh-ulps", args.tanh_ulps,
+                    "Soft-capping: error of the kernel's tanh in ulps (generic and tiled 4, Highway's; reference 3, "
+                    "glibc's measured 2.05; a GPU's tanh.approx needs about 8200 in float)")
+        ->check(CLI::Range(0.0, 999999.0));
     cmd->add_option("--dtype", args.dtype,
                     "Read int16/uint16 inputs (and candidates) as the bits of this 16-bit type "
                     "(tensor.view(torch.int16).numpy())")
@@ -120,7 +127,7 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
 
 SdpaOptions sdpa_options(const ProblemArgs& args) {
     return sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite, "attn", args.window,
-                             args.window_alignment);
+                             args.window_alignment, args.softcap);
 }
 
 using Inputs = AttentionFiles;
@@ -141,6 +148,7 @@ oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in, bool sta
     oo.statistical = statistical;
     oo.model = oracle::model_by_name(args.model, args.key_block);
     if (args.stale_max) oo.model.stale_max = *args.stale_max;
+    if (args.tanh_ulps) oo.model.tanh_ulps = *args.tanh_ulps;
     if (args.block_partial_sums) {
         if (args.model != "tiled")
             throw ConfigError("--block-partial-sums describes a tiled kernel's key blocks and needs --model tiled, "
@@ -341,6 +349,7 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                                  {"shift_roundings", m.shift_roundings},
                                  {"rounded_max_shift", m.rounded_max_shift},
                                  {"stale_max", m.stale_max},
+                                 {"tanh_ulps", m.tanh_ulps},
                                  {"split_kv", m.split_kv},
                                  {"log_ulps", m.log_ulps},
                                  {"reciprocal_normalisation", m.reciprocal_normalisation},

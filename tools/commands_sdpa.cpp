@@ -19,6 +19,7 @@ struct SdpaArgs {
     std::string causal;  // "", "top-left" or "bottom-right"
     std::string window, window_alignment = "bottom-right";  // --window LEFT,RIGHT
     std::optional<double> scale;
+    double softcap = 0;  // --softcap
     std::string empty_rows = "throw";
     std::string backend = "auto";
     int num_threads = 0;
@@ -33,7 +34,7 @@ void run_sdpa(const SdpaArgs& args, const AttentionFiles& in) {
     const Tensor<T> k = npy::to_tensor<T>(in.k, args.k_path);  // (..., Tk, Dk)
     const Tensor<T> v = npy::to_tensor<T>(in.v, args.v_path);  // (..., Tk, Dv)
     SdpaOptions options = sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite, "sdpa",
-                                            args.window, args.window_alignment);
+                                            args.window, args.window_alignment, args.softcap);
     options.backend = args.backend == "reference" ? Backend::Reference
                       : args.backend == "tiled"   ? Backend::Tiled
                                                   : Backend::Auto;
@@ -74,6 +75,7 @@ Action add_sdpa_command(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::IsMember({"top-left", "bottom-right"}));
     sdpa->add_option("--scale", args->scale, "Logit scale (default 1/sqrt(Dk))");
+    sdpa->add_option("--softcap", args->softcap, softcap_help)->capture_default_str();
     sdpa->add_option("--empty-rows", args->empty_rows, "Rows with no allowed key: throw (error), zero or nan")
         ->capture_default_str()
         ->check(CLI::IsMember({"throw", "zero", "nan"}));

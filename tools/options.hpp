@@ -38,11 +38,11 @@ inline std::optional<SlidingWindow> window_from(const std::string& window, const
 
 // The options every attention command shares, from their command-line spellings: causal "", "top-left" or
 // "bottom-right"; empty rows "throw", "zero" or "nan"; the window as window_from reads it (ConfigError naming
-// `function` for anything else).
+// `function` for anything else); the softcap as given.
 inline SdpaOptions sdpa_options_from(std::optional<double> scale, const std::string& causal,
                                      const std::string& empty_rows, bool check_finite,
                                      const std::string& function = "attn", const std::string& window = "",
-                                     const std::string& window_alignment = "bottom-right") {
+                                     const std::string& window_alignment = "bottom-right", double softcap = 0) {
     if (!causal.empty() && causal != "top-left" && causal != "bottom-right")
         throw ConfigError(function + ": causal must be top-left or bottom-right (or none), got '" + causal + "'");
     if (empty_rows != "throw" && empty_rows != "zero" && empty_rows != "nan")
@@ -56,7 +56,13 @@ inline SdpaOptions sdpa_options_from(std::optional<double> scale, const std::str
                                                : EmptyRowPolicy::Throw;
     options.check_finite = check_finite;
     options.window = window_from(window, window_alignment, function);
+    options.softcap = softcap;  // checked by the library and the oracle (attn::detail::check_softcap)
     return options;
 }
+
+// --softcap's help, for every command that takes it.
+inline constexpr const char* softcap_help =
+    "Logit soft-capping (Gemma 2, FlashAttention's softcap): each logit s becomes C tanh(s / C), after the scale and "
+    "before the masks; 0 = off";
 
 }  // namespace attn::cli

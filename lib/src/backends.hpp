@@ -27,6 +27,11 @@ void sdpa_tiled(const SdpaProblem<T>& problem, const std::vector<Readability>& r
 template <class T>
 void tiled_exp(T* x, Index n);
 
+// x[i] = cap * tanh(x[i] / cap) for i < n (cap > 0) with the soft-capping the tiled kernel applies to its allowed
+// logits (Highway's Tanh), so its accuracy can be measured; -inf and NaN pass unchanged.
+template <class T>
+void tiled_softcap(T* x, Index n, T cap);
+
 // y[i] = float(x[i]) for i < n with the SIMD conversion the tiled kernel packs 16-bit q, k and v with, so it can be
 // checked against the scalar one (attn/half.hpp) on every pattern and target.
 template <class S>

@@ -143,6 +143,21 @@ void check_window(const std::string& function, const SlidingWindow& window, cons
                           to_string(window) + shapes);
 }
 
+template <class T>
+void check_softcap(const std::string& function, double softcap, const std::string& shapes) {
+    if (softcap == 0) return;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", softcap);
+    const std::string type = std::string(sizeof(T) == 4 ? "float" : "double") + " (the type the logits are computed in)";
+    // Finite and positive, and a normal number once rounded to T: its rounding is then relative, as the scale's.
+    const double rounded = static_cast<double>(static_cast<T>(softcap));
+    if (!(softcap > 0) || !std::isfinite(rounded) || !(rounded >= std::numeric_limits<T>::min()))
+        throw ConfigError(function + ": softcap must be 0 (off) or a positive number, finite and normal in " + type +
+                          ", got " + buf + shapes);
+}
+
+template void check_softcap<float>(const std::string&, double, const std::string&);
+template void check_softcap<double>(const std::string&, double, const std::string&);
 template void check_scale_and_threads<float>(const std::string&, std::optional<double>, int, const std::string&);
 template void check_scale_and_threads<double>(const std::string&, std::optional<double>, int, const std::string&);
 
@@ -286,6 +301,8 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     detail::check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, shapes);
     p.scale = options.scale ? *options.scale : (p.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(p.Dk)) : 1.0);
     p.positions = detail::position_rule(function, options, shapes);
+    detail::check_softcap<compute_t<T>>(function, options.softcap, shapes);
+    p.softcap = options.softcap;
     const Index br = static_cast<Index>(p.batch_shape.size());
     p.q_offset = batch_offsets(p.q, br, p.batch_shape);
     p.k_offset = batch_offsets(p.k, br, p.batch_shape);

@@ -226,6 +226,31 @@ void online_softmax_any_width(T* s, Index nb, Index nr, T* m, T* l, T* acc, Inde
     }
 }
 
+// Soft-capping of count logits in place, x = cap * Tanh(x / cap) (one division, Highway's Tanh, one product;
+// TiledKernelInfo::tanh_max_ulps): -inf (a blocked key) and NaN (check_finite off) pass unchanged, and +-inf
+// becomes +-cap. Tanh sees |x / cap| <= 20 only: beyond 18.7 it returns +-1 exactly, and its Expm1 never meets an
+// infinity or a NaN (whose float -> int step is undefined, as for Exp).
+template <class D, class T = hn::TFromD<D>>
+void soft_cap(D d, T* x, Index count, T cap) {
+    const Index N = static_cast<Index>(hn::Lanes(d));
+    const auto c = hn::Set(d, cap), lo = hn::Set(d, T(-20)), hi = hn::Set(d, T(20));
+    const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
+    for (Index j = 0; j < count; j += N) {
+        const auto s = hn::LoadU(d, x + j);
+        const auto pass = hn::Or(hn::IsNaN(s), hn::Eq(s, neg_inf));
+        const auto y = hn::Min(hn::Max(hn::IfThenZeroElse(pass, hn::Div(s, c)), lo), hi);
+        hn::StoreU(hn::IfThenElse(pass, s, hn::Mul(c, hn::Tanh(d, y))), d, x + j);
+    }
+}
+
+template <class T>
+void soft_cap_any_count(T* x, Index count, T cap) {
+    const hn::ScalableTag<T> d;
+    const Index N = static_cast<Index>(hn::Lanes(d)), whole = count / N * N;
+    soft_cap(d, x, whole, cap);
+    soft_cap(hn::CappedTag<T, 1>(), x + whole, count - whole, cap);
+}
+
 template <class T>
 bool all_finite(const T* s, Index count) {
     const hn::ScalableTag<T> d;
@@ -347,6 +372,9 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
                             throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b),
                                            i0 + jq * nr + rr, p.shapes);
             }
+
+            // 3b. soft-capping of the allowed logits (blocked ones stay -inf), after the finiteness checks above.
+            if (p.softcap != 0) soft_cap_any_count(s, nbj * nr, static_cast<T>(p.softcap));
 
             // 4. online softmax: s^T becomes p^T; acc and l are rescaled to the new max.
             online_softmax_any_width(s, nbj, nr, w.row_max.data() + jq * nr, w.row_sum.data() + jq * nr, accj,
@@ -483,6 +511,8 @@ void sdpa_tiled_bfloat16(const SdpaProblem<bfloat16>& p, const std::vector<Reada
     sdpa_tiled_impl(p, r, o, out);
 }
 void tiled_exp_float(float* x, Index n) { tiled_exp_impl(x, n); }
+void tiled_softcap_float(float* x, Index n, float cap) { soft_cap_any_count(x, n, cap); }
+void tiled_softcap_double(double* x, Index n, double cap) { soft_cap_any_count(x, n, cap); }
 void tiled_widen_float16(const float16* x, Index n, float* y) { widen(x, n, y); }
 void tiled_widen_bfloat16(const bfloat16* x, Index n, float* y) { widen(x, n, y); }
 void tiled_exp_double(double* x, Index n) { tiled_exp_impl(x, n); }
@@ -501,6 +531,8 @@ HWY_EXPORT(sdpa_tiled_float16);
 HWY_EXPORT(sdpa_tiled_bfloat16);
 HWY_EXPORT(tiled_exp_float);
 HWY_EXPORT(tiled_exp_double);
+HWY_EXPORT(tiled_softcap_float);
+HWY_EXPORT(tiled_softcap_double);
 HWY_EXPORT(tiled_widen_float16);
 HWY_EXPORT(tiled_widen_bfloat16);
 HWY_EXPORT(compiled_target);
@@ -538,6 +570,16 @@ template <>
 void tiled_exp<double>(double* x, Index n) {
     apply_simd_target_from_environment();
     HWY_DYNAMIC_DISPATCH(tiled_exp_double)(x, n);
+}
+template <>
+void tiled_softcap<float>(float* x, Index n, float cap) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(tiled_softcap_float)(x, n, cap);
+}
+template <>
+void tiled_softcap<double>(double* x, Index n, double cap) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(tiled_softcap_double)(x, n, cap);
 }
 
 template <>

@@ -138,3 +138,20 @@ TEST_CASE("a window with a side below -1 is refused by name", "[problem]") {
     CHECK_THAT(m, Contains("sdpa") && Contains("window (-2, 0) bottom-right") && Contains("q [2,2]"));
     CHECK_THROWS_AS(sliding_window_allowed_mask(2, 3, SlidingWindow{0, -5}), ConfigError);
 }
+
+TEST_CASE("a softcap that is negative, not finite or below the normal range of its type is refused by name", "[problem]") {
+    const Tensor<float> q({2, 2}), k({3, 2}), v({3, 2});
+    for (const double bad : {-1.0, std::nan(""), double(INFINITY), 1e39, 1e-39}) {
+        SdpaOptions options;
+        options.softcap = bad;
+        const std::string m = test::error_message<ConfigError>(
+            [&] { make_sdpa_problem<float>("sdpa", q.view(), k.view(), v.view(), std::nullopt, options); });
+        CHECK_THAT(m, Contains("sdpa: softcap must be 0 (off) or a positive number") && Contains("q [2,2]"));
+    }
+    SdpaOptions ok;
+    ok.softcap = 1e-37;  // normal in float
+    CHECK(make_sdpa_problem<float>("sdpa", q.view(), k.view(), v.view(), std::nullopt, ok).softcap == 1e-37);
+    ok.softcap = 1e39;  // beyond float, finite in double
+    const Tensor<double> qd({2, 2}), kd({3, 2}), vd({3, 2});
+    CHECK(make_sdpa_problem<double>("sdpa", qd.view(), kd.view(), vd.view(), std::nullopt, ok).softcap == 1e39);
+}

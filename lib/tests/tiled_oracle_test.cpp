@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -84,4 +85,61 @@ void run_cases(std::uint64_t seed) {
 TEMPLATE_TEST_CASE("tiled is within the oracle's bound under the tiled error model", "[tiled][oracle]", float,
                    double) {
     run_cases<TestType>(sizeof(TestType) == 4 ? 8101 : 8102);
+}
+
+TEMPLATE_TEST_CASE("with a softcap, both backends are within the oracle's bound of their models, near saturation too",
+                   "[tiled][oracle][softcap]", float, double) {
+    using T = TestType;
+    std::mt19937_64 gen(sizeof(T) == 4 ? 8103 : 8104);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    double worst[2] = {0, 0};
+    // Caps far below the logits (every row saturated: the logits all near +-c), near them, and far above them.
+    for (const double cap : {0.05, 0.7, 4.0, 30.0, 1e4})
+        for (const double value_scale : {1.0, 6.0}) {
+            const Index Tq = 129, Tk = 300, Dk = 16, Dv = 5;
+            Tensor<T> q({2, Tq, Dk}), k({2, Tk, Dk}), v({2, Tk, Dv});
+            for (Index i = 0; i < q.numel(); ++i) q[i] = static_cast<T>(value_scale * normal(gen));
+            for (Index i = 0; i < k.numel(); ++i) k[i] = static_cast<T>(value_scale * normal(gen));
+            for (Index i = 0; i < v.numel(); ++i) v[i] = static_cast<T>(normal(gen));
+            SdpaOptions options;
+            options.softcap = static_cast<double>(static_cast<T>(cap));
+            options.is_causal = value_scale > 1;
+            options.alignment = CausalAlignment::BottomRight;
+            options.tiled_key_block = 64;  // several rescalings per row
+            INFO("softcap " << cap << ", values x" << value_scale);
+            int which = 0;
+            for (const Backend backend : {Backend::Tiled, Backend::Reference}) {
+                oracle::OracleOptions oo;
+                oo.model = backend == Backend::Tiled ? oracle::library_tiled_model(64) : oracle::reference_model();
+                const oracle::Result<T> exact = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, options, oo);
+                options.backend = backend;
+                const auto out = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+                const oracle::Comparison cmp = oracle::compare_output<T>(out.output.view(), exact);
+                INFO(to_string(backend) << ": " << cmp.summary());
+                CHECK(cmp.pass());
+                CHECK(cmp.unbounded == 0);
+                worst[which] = std::max(worst[which], cmp.max_tightness);
+                ++which;
+            }
+        }
+    std::cout << (sizeof(T) == 4 ? "float" : "double") << " with softcap: worst error/bound tiled " << worst[0]
+              << ", reference " << worst[1] << "\n";
+}
+
+TEMPLATE_TEST_CASE("std::tanh, the reference backend's soft-capping tanh, is within the reference model's tanh_ulps",
+                   "[oracle][softcap]", float, double) {
+    using T = TestType;
+    // [0, 20] densely and tiny arguments down to the subnormal range (tanh is odd; glibc reflects the sign).
+    const double limit = oracle::reference_model().tanh_ulps;
+    double worst = 0, worst_x = 0;
+    const auto check = [&](T x) {
+        const double d = oracle::ulp_distance<T>(std::tanh(x), std::tanh(static_cast<long double>(x)));
+        if (d > worst) worst = d, worst_x = x;
+    };
+    const Index n = 1 << 19;
+    for (Index i = 0; i < n; ++i) check(static_cast<T>(20.0 * double(i) / double(n - 1)));
+    for (double e = -140; e < 0; e += 0.01) check(static_cast<T>(std::exp2(e)));
+    std::cout << "std::tanh " << (sizeof(T) == 4 ? "float" : "double") << ": max ulp distance " << worst << " at x = "
+              << worst_x << " (limit " << limit << ")\n";
+    CHECK(worst <= limit);
 }

@@ -428,6 +428,63 @@ TEMPLATE_TEST_CASE("on every SIMD target, the kernel's exp is within tiled_exp_m
     force_simd_target(forced);
 }
 
+// The arguments of the soft-capping's tanh: [0, 20] densely (beyond 18.7 Highway's Tanh returns 1), and tiny ones
+// down to the subnormal range, where tanh x = x. tanh is odd and both implementations reflect the sign bit.
+template <class T>
+std::vector<T> tanh_arguments() {
+    std::vector<T> x;
+    const Index n = 1 << 19;
+    for (Index i = 0; i < n; ++i) x.push_back(static_cast<T>(20.0 * double(i) / double(n - 1)));
+    for (double e = -140; e < 0; e += 0.01) x.push_back(static_cast<T>(std::exp2(e)));
+    return x;
+}
+
+template <class T>
+double worst_tanh_ulps(const std::vector<T>& x, const std::vector<T>& y, T& worst_x) {
+    double worst = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const auto exact = static_cast<T>(std::tanh(static_cast<long double>(x[i])));
+        const double d = ulp_distance(y[i], exact);
+        if (d > worst) worst = d, worst_x = x[i];
+    }
+    return worst;
+}
+
+TEMPLATE_TEST_CASE("on every SIMD target, the kernel's soft-capping tanh is within tiled_tanh_max_ulps of the "
+                   "correctly rounded tanh",
+                   "[tiled][softcap]", float, double) {
+    using T = TestType;
+    const std::vector<T> x = tanh_arguments<T>();
+    const std::string forced = simd_target();
+    const std::vector<std::string> targets =
+        std::getenv("ATTN_SIMD_TARGET") ? std::vector<std::string>{forced} : simd_targets();
+    for (const std::string& target : targets) {
+        force_simd_target(target);
+        // cap 1: the division and the product are exact, so the result is Tanh's own.
+        std::vector<T> y = x;
+        detail::tiled_softcap(y.data(), static_cast<Index>(y.size()), T(1));
+        T worst_x = 0;
+        const double worst = worst_tanh_ulps(x, y, worst_x);
+        std::printf("tanh %-6s on %-8s max ulp distance %g at x = %.9g (limit %g)\n", sizeof(T) == 4 ? "float" : "double",
+                    target.c_str(), worst, double(worst_x), tiled_tanh_max_ulps);
+        INFO("target " << target << ": max ulp distance " << worst << " at x = " << worst_x);
+        CHECK(worst <= tiled_tanh_max_ulps);
+        // Blocked keys stay -inf, NaN stays NaN, +-inf and huge logits become +-cap, 0 stays 0.
+        T edge[] = {-std::numeric_limits<T>::infinity(), std::numeric_limits<T>::quiet_NaN(),
+                    std::numeric_limits<T>::infinity(), std::numeric_limits<T>::max(), -std::numeric_limits<T>::max(),
+                    T(0), T(30)};
+        detail::tiled_softcap(edge, 7, T(2.5));
+        CHECK(edge[0] == -std::numeric_limits<T>::infinity());
+        CHECK(std::isnan(edge[1]));
+        CHECK(edge[2] == T(2.5));
+        CHECK(edge[3] == T(2.5));
+        CHECK(edge[4] == T(-2.5));
+        CHECK(edge[5] == T(0));
+        CHECK(std::fabs(edge[6] - T(2.5) * std::tanh(T(12))) <= 8 * std::numeric_limits<T>::epsilon());
+    }
+    force_simd_target(forced);
+}
+
 TEST_CASE("Backend::Auto runs tiled from 128 x 128 scores on and reference below or when weights are asked for",
           "[tiled][dispatch]") {
     Rng rng(7400);

@@ -252,7 +252,63 @@ private:
         std::vector<double> logit_self;  // (n) the oracle's own error of s_j
         std::vector<Wide> flushed;       // (n) sum_d (e_qd |k_jd| + |q_d| e_kjd + e_qd e_kjd), e = |x| for subnormal
                                          // inputs a kernel may read as 0 (ErrorModel::inputs_flushed), else 0
+        // With SdpaProblem::softcap (section 2b): s, s_dd and logit_self are of the capped logits c tanh(s_j / c);
+        // raw_lo <= |s_j| <= raw_up bound the logits before the cap (empty without one). raw_in_range: false when
+        // a logit before the cap leaves the double-double path's [-2^1000, 2^1000] (the row is then done in MPFR).
+        std::vector<double> raw_lo, raw_up;
+        bool raw_in_range = true;
     };
+
+    // Section 2b: the capped logits c tanh(s_j / c) in place of s_j, and the oracle's own error of them: that of the
+    // quotient y_j = s_j / c (s_j's own and the division's, u_mp or kDdOp relative) times tanh's largest slope where
+    // y_j may lie (sech2_up), plus the rest of the cap's operations (MPFR: tanh and the product, each within u_mp;
+    // double-double: tanh as (1 - e) / (1 + e) with e = exp(-2 |y|) within kDdExp and 2^-1073, three operations
+    // within kDdOp, and the product).
+    void cap_logits(RowLogits& L, bool fast) const {
+        const double c = p_.softcap;
+        const std::size_t n = L.logit_self.size();
+        L.raw_lo.resize(n);
+        L.raw_up.resize(n);
+        const Real cap_mp(c);
+        if (fast && !std::all_of(L.s_dd.begin(), L.s_dd.end(), [](const DoubleDouble& x) { return std::fabs(x.hi) <= 0x1p1000; })) {
+            L.raw_in_range = false;  // false for NaN too
+            return;
+        }
+        for (std::size_t j = 0; j < n; ++j) {
+            const double s_hi = fast ? L.s_dd[j].hi : static_cast<double>(L.s[j]);
+            L.raw_up[j] = round_up(std::fabs(static_cast<Wide>(s_hi)) * (1 + 0x1p-52L) + L.logit_self[j]);
+            L.raw_lo[j] = std::max(0.0, std::fabs(s_hi) * (1 - 0x1p-52) - L.logit_self[j]);
+            const Wide dy = static_cast<Wide>(L.logit_self[j]) + 2 * (fast ? kDdOp : u_mp_) * static_cast<Wide>(L.raw_up[j]);
+            const Wide slope = sech2_up((static_cast<Wide>(L.raw_lo[j]) - dy) / c);
+            if (fast) {
+                const DoubleDouble y = dd_div(L.s_dd[j], {c, 0.0});
+                const bool negative = y.hi < 0;
+                const DoubleDouble ay = negative ? dd_neg(y) : y;
+                // Beyond |y| = 40, tanh is 1 within 2 e^-80 < kDdOp (and exp(-2 |y|) is never evaluated at -inf).
+                const DoubleDouble e = ay.hi > 40 ? DoubleDouble{} : dd_exp_nonpositive({-2 * ay.hi, -2 * ay.lo});
+                const DoubleDouble t =
+                    ay.hi > 40 ? DoubleDouble{1.0, 0.0} : dd_div(dd_add({1.0, 0.0}, dd_neg(e)), dd_add({1.0, 0.0}, e));
+                L.s_dd[j] = dd_mul({c, 0.0}, negative ? dd_neg(t) : t);
+                L.logit_self[j] = round_up(slope * dy + c * (2 * static_cast<Wide>(kDdExp) + 8 * kDdOp + 0x1p-1070L));
+            } else {
+                L.s[j] = cap_mp * tanh(L.s[j] / cap_mp);
+                L.logit_self[j] = round_up(slope * dy + 4 * u_mp_ * static_cast<Wide>(c));
+            }
+        }
+    }
+
+    // Sections 2, 2b and 11: the implementation's error a_j of logit c of the row, and an upper bound of |s_j| (the
+    // capped logit's with a cap), from the section-2 rounding constants lr.
+    double implementation_logit(const LogitRounding& lr, const RowLogits& L, std::size_t c, bool fast,
+                                double& abs_s) const {
+        const double s_c = fast ? L.s_dd[c].hi : static_cast<double>(L.s[c]);
+        abs_s = std::fabs(s_c) * (1 + 0x1p-52) + L.logit_self[c];
+        const double a = logit_bound(lr, L.flushed[c], L.abs_dot[c], L.abs_sum[c]);
+        if (L.raw_up.empty()) return storage_logit(a, abs_s);
+        // The kernel may round its logit to storage before the cap, after it, or both (section 11): both charged.
+        const CapRounding cr = cap_rounding(p_.softcap, model_, u_, u_storage_, std::numeric_limits<C>::min());
+        return storage_logit(capped_logit_bound(cr, storage_logit(a, L.raw_up[c]), L.raw_lo[c], L.raw_up[c]), abs_s);
+    }
 
     // The bound's parameters for one row (sections 3-4): the implementation's and the oracle's own.
     struct RowBound {
@@ -320,7 +376,7 @@ private:
         ExactSoftmax<Real> sm;
         if (fast) {
             const auto in_range = [](const DoubleDouble& s) { return std::fabs(s.hi) <= 0x1p1000; };  // false for NaN
-            if (!std::all_of(L.s_dd.begin(), L.s_dd.end(), in_range)) return redo_in_mpfr(b, i, keys);
+            if (!L.raw_in_range || !std::all_of(L.s_dd.begin(), L.s_dd.end(), in_range)) return redo_in_mpfr(b, i, keys);
             exact_softmax_dd(L.s_dd, exps_, sm);                      // section 5
         } else {
             exact_softmax(L.s, sm);                                   // sections 0 and 5
@@ -426,6 +482,7 @@ private:
                 L.logit_self[c] = round_up(gamma(2.0 * Dk + 2, u_mp_) * abs_scale * a);
             }
         }
+        if (p_.softcap != 0) cap_logits(L, fast);
         return L;
     }
 
@@ -442,9 +499,8 @@ private:
         std::vector<double> a(n);
         double A = 0, max_abs_logit = 0;  // max_j |s_j|, rounded up (the oracle's own logit error included)
         for (std::size_t c = 0; c < n; ++c) {
-            const double s_c = fast ? L.s_dd[c].hi : static_cast<double>(L.s[c]);
-            const double abs_s = std::fabs(s_c) * (1 + 0x1p-52) + L.logit_self[c];
-            a[c] = storage_logit(logit_bound(lr, L.flushed[c], L.abs_dot[c], L.abs_sum[c]), abs_s);
+            double abs_s = 0;
+            a[c] = implementation_logit(lr, L, c, fast, abs_s);
             A = std::max(A, a[c]);
             max_abs_logit = std::max(max_abs_logit, abs_s);
         }
@@ -497,9 +553,8 @@ private:
             double A_s = 0;
             std::vector<double> a_s(n);
             for (std::size_t c = 0; c < n; ++c) {
-                const double s_c = fast ? L.s_dd[c].hi : static_cast<double>(L.s[c]);
-                a_s[c] = storage_logit(logit_bound(ls, L.flushed[c], L.abs_dot[c], L.abs_sum[c]),
-                                       std::fabs(s_c) * (1 + 0x1p-52) + L.logit_self[c]);
+                double abs_s = 0;
+                a_s[c] = implementation_logit(ls, L, c, fast, abs_s);
                 A_s = std::max(A_s, a_s[c]);
             }
             rb.stat_impl = implementation_rounding(model_, nd, R, u_, max_abs_logit, A_s, lambda, u_storage_);

@@ -27,10 +27,11 @@ inline void check_oracle_options(const std::string& function, const OracleOption
     if (o.bits < 0 || o.bits > 516)
         throw ConfigError(function + ": bits must be in [0, 516] (0 = default), got " + std::to_string(o.bits));
     if (!(o.model.exp_ulps >= 0) || o.model.scale_roundings < 0 || o.model.shift_roundings < 1 ||
-        !(o.model.stale_max >= 0 && o.model.stale_max < 700) || !(o.model.log_ulps >= 0))
+        !(o.model.stale_max >= 0 && o.model.stale_max < 700) || !(o.model.log_ulps >= 0) ||
+        !(o.model.tanh_ulps >= 0 && o.model.tanh_ulps < 1e6))
         throw ConfigError(function + ": error model '" + o.model.name +
-                          "' needs exp_ulps >= 0, log_ulps >= 0, scale_roundings >= 0, shift_roundings >= 1 and "
-                          "0 <= stale_max < 700");
+                          "' needs exp_ulps >= 0, log_ulps >= 0, 0 <= tanh_ulps < 1e6, scale_roundings >= 0, "
+                          "shift_roundings >= 1 and 0 <= stale_max < 700");
 }
 
 // ---- section 1: gamma_n -----------------------------------------------------------------------------------------
@@ -202,6 +203,57 @@ inline double logit_bound(const LogitRounding& L, Wide perturbation, Wide abs_do
                     (L.ops * (1 + L.abs_scale) + L.eta_mul * abs_sum) * (1 + L.gamma_under));
 }
 
+// ---- section 2b: soft-capping (SdpaOptions::softcap) ----------------------------------------------------------------
+
+// The roundings of the scale common to a row (section 2): the model's scale_roundings in T and its logit storage
+// roundings (section 11), as one relative gamma_r.
+inline double scale_gamma(const ErrorModel& model, double u, double u_storage) {
+    const double gamma_scale = gamma(static_cast<double>(model.scale_roundings), u);
+    const double gamma_l = gamma(static_cast<double>(model.logit_storage_roundings), u_storage);
+    return gamma_scale + gamma_l * (1 + gamma_scale);
+}
+
+// The per-row constants of section 2b for a kernel that caps its logits as fl(c_hat tanh_hat(fl(s_hat / c_hat))),
+// c_hat = fl(cap) (a division, or a product by fl(1 / c_hat): gamma_2), its tanh within model.tanh_ulps.
+struct CapRounding {
+    double cap = 0;        // the exact cap c (SdpaProblem::softcap), > 0
+    double phi = 0;        // (1 + gamma_r)(1 + gamma_2) - 1: the scale's and the quotient's roundings on s'_j
+    double cap_round = 0;  // u (1 + 2u): c rounded to T, |d/dc c tanh(s / c)| <= min(1, |s| / c)
+    double tail = 0;       // (eps_tanh + u + eps_tanh u)(1 + u): tanh's error and the product by c_hat
+    double under = 0;      // 3 c eta + eta: the quotient, tanh and product below T's normal range
+    double u = 0;
+};
+
+inline CapRounding cap_rounding(double cap, const ErrorModel& model, double u, double u_storage, double eta) {
+    CapRounding C;
+    C.cap = cap;
+    C.u = u;
+    C.phi = (1 + scale_gamma(model, u, u_storage)) * (1 + gamma(2, u)) - 1;
+    C.cap_round = u * (1 + 2 * u);
+    const double eps_tanh = 2 * model.tanh_ulps * u * (1 + 2 * model.tanh_ulps * u);
+    C.tail = (eps_tanh + u + eps_tanh * u) * (1 + u);
+    C.under = 3 * cap * eta + eta;
+    return C;
+}
+
+// a'_j, the error of a capped logit, from a_j (section 2's, before the scale's roundings) and |s_j| in
+// [s_lo, s_up]: S_j d_j + u (1 + 2u) min(c, |s_j|) + tail min(c, |s_j| + d_j) + under, d_j = a_j + phi (|s_j| + a_j),
+// S_j = sech^2((|s_j| - d_j) / (c (1 + u))), the largest derivative of tanh where the computed quotient may lie.
+// An upper bound of sech^2 z = tanh'(z) over |z| >= z_lo >= 0 (sech^2 decreases in |z|; long double's cosh is
+// within a few of its ulps, far inside the factor 1 + 2^-50).
+inline Wide sech2_up(Wide z_lo) {
+    const Wide ch = std::cosh(std::max(Wide(0), z_lo));
+    return std::isfinite(ch) ? std::min(Wide(1), (1 + 0x1p-50L) / (ch * ch)) : Wide(0);
+}
+
+inline double capped_logit_bound(const CapRounding& C, double a, double s_lo, double s_up) {
+    const Wide d = static_cast<Wide>(a) + C.phi * (static_cast<Wide>(s_up) + a);
+    const Wide S = sech2_up((static_cast<Wide>(s_lo) - d) / (static_cast<Wide>(C.cap) * (1 + 2 * C.u)));
+    const Wide cap = C.cap;
+    return round_up((S * d + C.cap_round * std::min(cap, static_cast<Wide>(s_up)) +
+                     C.tail * std::min(cap, static_cast<Wide>(s_up) + d) + C.under) * kBoundInflation);
+}
+
 // ---- sections 0 and 5: the row's exact softmax and weighted sum, in Real ------------------------------------------
 
 // Weights p_j = exp(s_j - m) / W over the row's n keys, with what the bound needs of them.
@@ -317,9 +369,7 @@ struct RowRounding {
 inline RowRounding implementation_rounding(const ErrorModel& model, double n, double R, double u, double max_abs_logit,
                                            double A, double lambda = 0, double u_storage = 0) {
     RowRounding P;
-    const double gamma_scale = gamma(static_cast<double>(model.scale_roundings), u);
-    const double gamma_l = gamma(static_cast<double>(model.logit_storage_roundings), u_storage);
-    const double gamma_r = gamma_scale + gamma_l * (1 + gamma_scale);
+    const double gamma_r = scale_gamma(model, u, u_storage);
     const double gamma_k = gamma(static_cast<double>(model.shift_roundings), u);
     P.k_sigma = gamma_k * (1 + gamma_r) + gamma_r;
     // The rounded-max shift's u |m| per key, and lazy rescaling's 2 gamma_k stale_max (a key above a stale max).

@@ -531,3 +531,50 @@ TEMPLATE_TEST_CASE("the double-double path rounds exactly as the all-MPFR path",
     }
     CHECK(redone > 0);  // the midpoint cases cannot be decided from the enclosure
 }
+
+TEMPLATE_TEST_CASE("soft-capping: two keys give the closed form, and the double-double path rounds as MPFR does",
+                   "[oracle][softcap]", float, double) {
+    using T = TestType;
+    // q = [a], k = [[1], [0]], v = [[1], [0]], scale 1: the output is the first weight, 1 / (1 + e^(-c tanh(a / c))).
+    for (const double a : {0.3, 5.0, 80.0, -40.0, 3e4})
+        for (const double c : {0.5, 3.0, 100.0}) {
+            Tensor<T> q({1, 1}), k({2, 1}), v({2, 1});
+            q[0] = static_cast<T>(a);
+            k[0] = 1, k[1] = 0, v[0] = 1, v[1] = 0;
+            attn::SdpaOptions o;
+            o.scale = 1.0;
+            o.softcap = c;
+            for (const int bits : {0, 114}) {
+                oracle::OracleOptions oo;
+                oo.bits = bits;
+                const auto r = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, o, oo);
+                const long double t = c * std::tanh(static_cast<long double>(static_cast<T>(a)) / c);
+                const long double expected = 1 / (1 + std::exp(-t));
+                CAPTURE(a, c, bits);
+                CHECK(std::fabs(exact_output(r, 0) - expected) <= 1e-17L * expected);
+                CHECK(r.output[0] == static_cast<T>(expected));
+            }
+        }
+    // Random capped rows, large logits included: both paths give the same bits.
+    std::mt19937_64 rng(20261203);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    for (int t = 0; t < 60; ++t) {
+        const Index Tq = 3, Tk = 1 + t % 9, Dk = 1 + t % 5, Dv = 2;
+        const double logit_scale = t % 3 == 0 ? 30.0 : 1.0;
+        Tensor<T> q({Tq, Dk}), k({Tk, Dk}), v({Tk, Dv});
+        for (Index e = 0; e < q.numel(); ++e) q[e] = static_cast<T>(normal(rng) * logit_scale);
+        for (Index e = 0; e < k.numel(); ++e) k[e] = static_cast<T>(normal(rng));
+        for (Index e = 0; e < v.numel(); ++e) v[e] = static_cast<T>(normal(rng));
+        attn::SdpaOptions o;
+        o.softcap = std::vector<double>{0.25, 2.0, 50.0}[static_cast<std::size_t>(t % 3)];
+        oracle::OracleOptions mpfr;
+        mpfr.bits = 114;
+        const auto fast = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, o, {});
+        const auto slow = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, o, mpfr);
+        for (Index e = 0; e < fast.output.numel(); ++e) {
+            CAPTURE(t, e);
+            REQUIRE(std::memcmp(&fast.output[e], &slow.output[e], sizeof(T)) == 0);
+            CHECK(fast.output_bound[e] > 0);
+        }
+    }
+}

@@ -32,6 +32,8 @@ Property head_path_gives_the_bits_of_sdpa();
 Property a_row_of_minus_infinite_logits_is_nan();
 Property window_equals_the_mask_it_describes();
 Property causal_window_is_the_window_with_right_zero();
+Property softcap_bounds_the_weight_ratios();
+Property a_large_softcap_is_plain_attention();
 
 const std::vector<Property>& properties() {
     static const std::vector<Property> all = {
@@ -64,6 +66,8 @@ const std::vector<Property>& properties() {
         a_row_of_minus_infinite_logits_is_nan(),
         window_equals_the_mask_it_describes(),
         causal_window_is_the_window_with_right_zero(),
+        softcap_bounds_the_weight_ratios(),
+        a_large_softcap_is_plain_attention(),
     };
     return all;
 }

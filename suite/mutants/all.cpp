@@ -25,6 +25,9 @@ Implementation window_left_off_by_one();
 Implementation window_right_off_by_one();
 Implementation window_right_side_ignored();
 Implementation window_always_top_left();
+Implementation softcap_after_mask();
+Implementation softcap_without_division();
+Implementation softcap_before_scale();
 
 std::vector<Implementation> all() {
     return {softmax_over_queries(),  mask_after_softmax(),    inverted_mask_polarity(),
@@ -34,7 +37,7 @@ std::vector<Implementation> all() {
             bottom_right_off_by_one(), gqa_head_mapping_wrong(), dropout_without_rescale(),
             masked_nan_poisons_output(), nan_inputs_zeroed(), thread_dependent_sum(),
             window_left_off_by_one(), window_right_off_by_one(), window_right_side_ignored(),
-            window_always_top_left()};
+            window_always_top_left(), softcap_after_mask(), softcap_without_division(), softcap_before_scale()};
 }
 
 }  // namespace attn::suite::mutant

@@ -2,7 +2,7 @@
 // its own wrong math. Built only for the suite; never part of the library.
 //
 // Per batch element b (flat over the broadcast batch dims), with the validated problem p:
-//   1. scores  s (Tq, Tk) = scale * q k^T                 (naive dot products in T)
+//   1. scores  s (Tq, Tk) = scale * q k^T                 (naive dot products in T), soft-capped (options.softcap)
 //   2. mask    s[i, j] = -inf where query i may not read key j
 //   3. softmax over keys, per row: max, exp(s - max), sum, divide
 //   4. mix     out (Tq, Dv) = w (Tq, Tk) @ v (Tk, Dv), over the allowed keys only
@@ -28,6 +28,10 @@ struct Steps {
     // Step 4: out (Tq, Dv) of batch element b from its weights.
     std::function<void(const SdpaProblem<T>&, Index b, const SdpaOptions&, const std::vector<T>& w, T* out)> mix;
     bool write_empty_rows = true;  // apply options.empty_rows to rows with no allowed key
+    // Custom steps that handle SdpaOptions::softcap themselves; other custom weights or mixes (which may recompute the
+    // logits, as kernels/ does) are Unsupported on a capped case: their mistake is elsewhere, and a kernel that ignored
+    // the cap would be caught for that instead.
+    bool soft_caps = false;
     // After everything: the whole output (batch..., Tq, Dv), for mutants that scramble it.
     std::function<void(const SdpaProblem<T>&, T* output)> post;
 };
@@ -74,6 +78,14 @@ void softmax_rows(std::vector<T>& s, Index Tq, Index Tk) {
     }
 }
 
+// 1b. soft-capping (SdpaOptions::softcap): every logit s becomes c tanh(s / c), before the mask.
+template <class T>
+void cap_scores(const SdpaProblem<T>& p, std::vector<T>& s) {
+    if (p.softcap == 0) return;
+    const T c = static_cast<T>(p.softcap);
+    for (T& x : s) x = c * std::tanh(x / c);
+}
+
 template <class T>
 T default_scale(const SdpaProblem<T>& p) {
     return static_cast<T>(p.scale);
@@ -82,6 +94,7 @@ T default_scale(const SdpaProblem<T>& p) {
 template <class T>
 void correct_weights(const SdpaProblem<T>& p, Index b, const SdpaOptions&, std::vector<T>& w) {
     w = scores(p, b, default_scale(p));
+    cap_scores(p, w);
     mask_scores(p, b, w);
     softmax_rows(w, p.Tq, p.Tk);
 }
@@ -102,6 +115,8 @@ void correct_mix(const SdpaProblem<T>& p, Index b, const SdpaOptions&, const std
 template <class T>
 SdpaResult<T> run(const std::string& name, TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                   std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options, Steps<T> steps) {
+    if (options.softcap != 0 && (steps.weights || steps.mix) && !steps.soft_caps)
+        throw Unsupported(name + " does not soft-cap its logits (SdpaOptions::softcap)");
     if (!steps.weights) steps.weights = correct_weights<T>;
     if (!steps.mix) steps.mix = correct_mix<T>;
     const SdpaProblem<T> p = make_sdpa_problem<T>(name, q, k, v, allowed_mask, options);

@@ -190,3 +190,33 @@ TEST_CASE("attn sdpa, oracle and check apply the sliding window they are given",
     CHECK(empty.stderr_text.find("query row 0") != std::string::npos);
     CHECK(empty.stderr_text.find("window (0, 0) bottom-right") != std::string::npos);
 }
+
+TEST_CASE("attn sdpa, oracle and check apply the softcap they are given", "[cli]") {
+    const Scratch scratch;
+    write_worked_example<double>(scratch);
+    const std::string inputs = " --q '" + (scratch / "q.npy") + "' --k '" + (scratch / "k.npy") + "' --v '" +
+                               (scratch / "v.npy") + "'";
+    for (const char* backend : {"tiled", "reference"}) {
+        const Run capped = run_attn(scratch, worked_example_args(scratch) + " --softcap 0.1 --backend " + backend);
+        INFO(capped.stderr_text);
+        REQUIRE(capped.exit_code == 0);
+        // attn check accepts it under the same cap and its backend's model, and refuses it uncapped: a cap of 0.1
+        // pulls the weights of the worked example's logits (up to 1) nearly level.
+        const std::string check = "check" + inputs + " --model " + backend + " --candidate '" + (scratch / "out.npy") + "'";
+        CHECK(run_attn(scratch, check + " --softcap 0.1").exit_code == 0);
+        CHECK(run_attn(scratch, check).exit_code == 1);
+    }
+    // Query 0's logits are (1, 0, 1) / 2 before the cap (the worked example), (t, 0, t) after it, t = 0.1 tanh(5):
+    // the oracle's first output element is 10 w0 + 5 w2 = 15 e^t / (2 e^t + 1).
+    const Run oracle = run_attn(scratch, "oracle" + inputs + " --softcap 0.1 --out '" + (scratch / "exact.npy") + "'");
+    REQUIRE(oracle.exit_code == 0);
+    const auto exact = npy::to_tensor<double>(npy::read_file(scratch / "exact.npy"), "exact.npy");
+    const double t = 0.1 * std::tanh(5.0);
+    CHECK(exact[0] == Approx(15 * std::exp(t) / (2 * std::exp(t) + 1)).epsilon(1e-14));
+    // Bad caps: exit 2, naming the softcap.
+    for (const char* bad : {"-1", "inf", "1e-320"}) {
+        const Run refused = run_attn(scratch, worked_example_args(scratch) + " --softcap " + bad);
+        CHECK(refused.exit_code == 2);
+        CHECK(refused.stderr_text.find("softcap must be 0 (off) or a positive number") != std::string::npos);
+    }
+}

@@ -34,6 +34,11 @@ struct SdpaOptions {
     // causal rule and allowed_mask. Backend tiled never computes the key blocks a window excludes: the cost of a
     // window of width w grows like Tq w, not Tq Tk.
     std::optional<SlidingWindow> window;
+    // Logit soft-capping (Gemma 2, FlashAttention's softcap): every logit s = scale * q.k becomes
+    // softcap * tanh(s / softcap), after the scaling and before any mask (a blocked key stays blocked: weight exactly
+    // 0). 0 = off. It must be 0 or finite and, in the type the logits are computed in, at least its smallest normal
+    // number: ConfigError otherwise.
+    double softcap = 0;
     EmptyRowPolicy empty_rows = EmptyRowPolicy::Throw;
     bool check_finite = true;     // ValueError on a NaN/Inf at a readable position
     bool return_weights = false;

@@ -26,6 +26,9 @@ struct TiledKernelInfo {
     Index query_block;          // query rows per task
     Index key_block;            // keys per online-softmax step
     double exp_max_ulps;        // Highway Exp: max error in ulps of the result (its documented table)
+    // SdpaOptions::softcap: after step 1, s_j = fl(fl(cap) * Tanh(fl(s_j / fl(cap)))) for allowed keys, Highway's
+    // Tanh within tanh_max_ulps.
+    double tanh_max_ulps;
     bool scale_folded_into_q;   // false: the scale multiplies the rounded dot product, as in `reference`
     // Steps 4 and 5: each key block's sums (of p_j and of p_j v_j) are formed apart from the running l and acc and
     // joined to them by one rounding each, so a term meets at most key_block - 1 additions in its own block and one
@@ -39,12 +42,16 @@ struct TiledKernelInfo {
 // float64[-DBL_MAX, +706]; the kernel only evaluates it on arguments <= 0 (and at -inf, where it gives 0).
 inline constexpr double tiled_exp_max_ulps = 1.0;
 
+// Highway's Tanh (hwy/contrib/math/math-inl.h): "Max Error: ULP = 4" on float32 and float64 over their whole range.
+inline constexpr double tiled_tanh_max_ulps = 4.0;
+
 // Block sizes. Query block: the q block (128 x Dk) and the accumulator (128 x Dv) stay in L1/L2 for Dk, Dv <= 128;
 // key block: the score block s (128 x 256 floats = 128 KiB, 256 KiB for double) stays in the 1 MiB L2 together
 // with the k and v blocks (256 x D each) it is computed from.
 inline constexpr Index tiled_query_block = 128;
 inline constexpr Index tiled_key_block = 256;
 
-inline constexpr TiledKernelInfo tiled_kernel_info{tiled_query_block, tiled_key_block, tiled_exp_max_ulps, false, true};
+inline constexpr TiledKernelInfo tiled_kernel_info{tiled_query_block, tiled_key_block, tiled_exp_max_ulps,
+                                                  tiled_tanh_max_ulps, false, true};
 
 }  // namespace attn

@@ -27,6 +27,7 @@ struct SdpaProblem {
     TensorView<const T> q, k, v;                       // broadcast to batch_shape + their matrix dims
     std::optional<TensorView<const bool>> allowed_mask;  // broadcast to batch_shape + (Tq, Tk)
     PositionRule positions;  // the causal rule and the sliding window
+    double softcap = 0;      // SdpaOptions::softcap, checked: 0 (off) or a normal number of compute_t<T>
     std::vector<Index> q_offset, k_offset, v_offset, mask_offset;  // per flat batch index
 
     const T* q_row(Index b, Index i) const { return q.data() + q_offset[b] + i * q.stride(-2); }
@@ -110,6 +111,10 @@ void check_scale_and_threads(const std::string& function, std::optional<double> 
                              const std::string& shapes);
 // SdpaOptions::tiled_query_block and tiled_key_block (or MhaOptions'): ConfigError naming them when negative.
 void check_tiled_blocks(const std::string& function, Index query_block, Index key_block, const std::string& shapes);
+// SdpaOptions::softcap: 0, or finite, positive and (rounded to T, the type the logits are computed in) at least T's
+// smallest normal number, so that its rounding is relative (oracle/BOUNDS.md section 2): ConfigError otherwise.
+template <class T>
+void check_softcap(const std::string& function, double softcap, const std::string& shapes);
 // A sliding window's sides are -1 (unbounded) or >= 0: ConfigError naming the window otherwise.
 void check_window(const std::string& function, const SlidingWindow& window, const std::string& shapes);
 // The positional rule of the options (SdpaOptions, MhaOptions), its window checked.

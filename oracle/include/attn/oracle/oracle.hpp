@@ -47,6 +47,10 @@ struct ErrorModel {
     // Error of the kernel's log (split-KV only), in ulps of max(|log x|, 1): covers a fast log's absolute error
     // near 1 as well as its relative error elsewhere.
     double log_ulps = 4.0;
+    // Error of the kernel's tanh (SdpaOptions::softcap only), in ulps of the result (oracle/BOUNDS.md section 2b).
+    // generic's 4 is Highway's documented bound; a GPU's tanh.approx.f32 (FlashAttention's fast_tanh) is documented
+    // at 2^-10.987 relative, about 2^13 ulps of float: such a kernel needs its own model.
+    double tanh_ulps = 4.0;
     // Normalised by a reciprocal, acc * fl(1 / l) and e * fl(1 / l), one rounding more than a division.
     bool reciprocal_normalisation = true;
     // Subnormal inputs may be read as 0 (denormals-are-zero, with flush-to-zero on GPUs): each element of q, k and v

@@ -71,6 +71,7 @@ struct CaseConfig {
     std::optional<double> logit_std;  // the large-logits recipe's logit standard deviation
     std::optional<std::uint64_t> seed;
     std::optional<double> scale;
+    std::optional<double> softcap;  // options.softcap when not 0, written softcap=C like the scale
     EmptyRowPolicy empty_rows = EmptyRowPolicy::Throw;
     bool check_finite = true;
     int threads = 0;
