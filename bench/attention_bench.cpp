@@ -109,7 +109,7 @@ void naive_attention(const T* q, const T* k, const T* v, T* out, Index batch, In
 
 template <class T>
 void bench_attention(benchmark::State& state, const std::string& impl, Index Tq, Index Tk, bool causal, int threads,
-                     std::optional<attn::SlidingWindow> window = std::nullopt) {
+                     std::optional<attn::SlidingWindow> window = std::nullopt, double softcap = 0) {
     const auto q = random_tensor<T>({B, H, Tq, D}, 1);
     const auto k = random_tensor<T>({B, H, Tk, D}, 2);
     const auto v = random_tensor<T>({B, H, Tk, D}, 3);
@@ -117,6 +117,7 @@ void bench_attention(benchmark::State& state, const std::string& impl, Index Tq,
     options.is_causal = causal;
     options.alignment = attn::CausalAlignment::BottomRight;  // Tq <= Tk here: every row has a key
     options.window = window;
+    options.softcap = softcap;
     options.num_threads = threads;
     options.backend = impl == "tiled" ? attn::Backend::Tiled : attn::Backend::Reference;
     attn::Tensor<T> out({B, H, Tq, D});
@@ -148,6 +149,7 @@ void register_all(bool quick, int reps_override) {
         Index Tq, Tk;
         bool causal;
         std::optional<attn::SlidingWindow> window = std::nullopt;  // tiled rows only (the others compute Tq Tk)
+        double softcap = 0;                                         // tiled float rows only
     };
     std::vector<Shape> shapes;
     for (Index T : Ts) shapes.push_back({T, T, false});  // self
@@ -157,6 +159,8 @@ void register_all(bool quick, int reps_override) {
     // where a window's cost (T w) is 1/64 of full attention's (T^2).
     for (Index T : quick ? std::vector<Index>{2048} : std::vector<Index>{4096, 16384})
         shapes.push_back({T, T, false, attn::SlidingWindow{256, 0}});
+    // Gemma 2's attention-logit cap, 50, next to the plain self-attention row of the same size (its cost is the tanh).
+    shapes.push_back({Ts.back(), Ts.back(), false, std::nullopt, 50.0});
     const double min_time = quick ? 0.05 : 0.2;
     const int reps = reps_override > 0 ? reps_override : quick ? 3 : 5;
     for (int threads : {1, 2}) {
@@ -181,16 +185,18 @@ void register_all(bool quick, int reps_override) {
                 sixteen_bit ? std::vector<const char*>{"tiled"} : std::vector<const char*>{"naive", "reference", "tiled"};
             for (const Shape& sh : shapes)
                 for (const char* impl : impls) {
-                    if (sh.window && (std::string(impl) != "tiled" || !std::is_same_v<T, float>)) continue;
+                    if ((sh.window || sh.softcap != 0) && (std::string(impl) != "tiled" || !std::is_same_v<T, float>))
+                        continue;
                     attn::suite::CaseConfig row = config;
                     row.B = B, row.H = row.kv_heads = H, row.Tq = sh.Tq, row.Tk = sh.Tk, row.Dk = row.Dv = D;
                     row.mask = sh.causal ? "causal-br" : sh.window ? "window" : "none";
                     row.window = sh.window;
+                    if (sh.softcap != 0) row.softcap = sh.softcap;
                     row.impl = impl;
                     const std::string name = row.to_config();
                     const std::string which = impl;
                     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-                        bench_attention<T>(s, which, sh.Tq, sh.Tk, sh.causal, threads, sh.window);
+                        bench_attention<T>(s, which, sh.Tq, sh.Tk, sh.causal, threads, sh.window, sh.softcap);
                     })->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
                 }
         };

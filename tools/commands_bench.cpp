@@ -59,6 +59,7 @@ Row parse_name(const std::string& run_name) {
     r.kase = c.op == "gemm"            ? "gemm"
              : c.mask == "causal-br" ? "causal"
              : c.window              ? "window"  // GFLOP/s counted on the visible pairs (bench/attention_bench.cpp)
+             : c.softcap             ? "softcap"
              : c.Tq == c.Tk          ? "self"
                                      : "cross";
     r.Tq = static_cast<long>(c.Tq), r.Tk = static_cast<long>(c.Tk), r.D = static_cast<long>(c.Dk);
@@ -261,6 +262,10 @@ void print_targets(Measured& m, bool quick, const MemoryFigures& memory) {
     target(quick ? "tiled float window (256, 0) T=2048, % of sgemm on visible pairs"
                  : "tiled float window (256, 0) T=16384, % of sgemm on visible pairs",
            w1 && sgemm, w1 && sgemm ? 100 * w1->gflops() / gemm_gflops[{"float", 1}] : 0, 70, true, "%");
+    // Soft-capping (Gemma 2's cap of 50) against plain self-attention of the same size: the cost of the tanh.
+    const Row* s1 = find("tiled", "float", 1, "softcap", T);
+    target("tiled float softcap / plain time, 1 thread", f1 && s1, f1 && s1 ? s1->median() / f1->median() : 0, 1.15,
+           false, "x");
     target("tiled memory at T=32768 beyond inputs and output", tiled_32k >= 0, tiled_32k, 64, false, " MiB");
     // Half the input memory of float, as measured (resident pages): each of the three inputs may hold one page
     // (4 KiB) more than its bytes, which is the slack over one half.

@@ -226,19 +226,19 @@ void online_softmax_any_width(T* s, Index nb, Index nr, T* m, T* l, T* acc, Inde
     }
 }
 
-// Soft-capping of count logits in place, x = cap * Tanh(x / cap) (one division, Highway's Tanh, one product;
-// TiledKernelInfo::tanh_max_ulps): -inf (a blocked key) and NaN (check_finite off) pass unchanged, and +-inf
+// Soft-capping of count logits in place, x = cap * Tanh(x * fl(1 / cap)) (two roundings in the quotient, Highway's
+// Tanh, one product; TiledKernelInfo::tanh_max_ulps): -inf (a blocked key) and NaN (check_finite off) pass unchanged, and +-inf
 // becomes +-cap. Tanh sees |x / cap| <= 20 only: beyond 18.7 it returns +-1 exactly, and its Expm1 never meets an
 // infinity or a NaN (whose float -> int step is undefined, as for Exp).
 template <class D, class T = hn::TFromD<D>>
 void soft_cap(D d, T* x, Index count, T cap) {
     const Index N = static_cast<Index>(hn::Lanes(d));
-    const auto c = hn::Set(d, cap), lo = hn::Set(d, T(-20)), hi = hn::Set(d, T(20));
+    const auto c = hn::Set(d, cap), inv = hn::Set(d, T(1) / cap), lo = hn::Set(d, T(-20)), hi = hn::Set(d, T(20));
     const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
     for (Index j = 0; j < count; j += N) {
         const auto s = hn::LoadU(d, x + j);
         const auto pass = hn::Or(hn::IsNaN(s), hn::Eq(s, neg_inf));
-        const auto y = hn::Min(hn::Max(hn::IfThenZeroElse(pass, hn::Div(s, c)), lo), hi);
+        const auto y = hn::Min(hn::Max(hn::IfThenZeroElse(pass, hn::Mul(s, inv)), lo), hi);
         hn::StoreU(hn::IfThenElse(pass, s, hn::Mul(c, hn::Tanh(d, y))), d, x + j);
     }
 }

@@ -26,8 +26,8 @@ struct TiledKernelInfo {
     Index query_block;          // query rows per task
     Index key_block;            // keys per online-softmax step
     double exp_max_ulps;        // Highway Exp: max error in ulps of the result (its documented table)
-    // SdpaOptions::softcap: after step 1, s_j = fl(fl(cap) * Tanh(fl(s_j / fl(cap)))) for allowed keys, Highway's
-    // Tanh within tanh_max_ulps.
+    // SdpaOptions::softcap: after step 1, s_j = fl(fl(cap) * Tanh(fl(s_j * fl(1 / fl(cap))))) for allowed keys,
+    // Highway's Tanh within tanh_max_ulps.
     double tanh_max_ulps;
     bool scale_folded_into_q;   // false: the scale multiplies the rounded dot product, as in `reference`
     // Steps 4 and 5: each key block's sums (of p_j and of p_j v_j) are formed apart from the running l and acc and
