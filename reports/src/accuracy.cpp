@@ -208,6 +208,7 @@ nlohmann::json to_json(const Row& row) {
         {"B", c.B}, {"H", c.H}, {"Tq", c.Tq}, {"Tk", c.Tk}, {"Dk", c.Dk}, {"Dv", c.Dv},
         {"mask", to_string(c.mask_kind)}, {"dist", to_string(c.distribution)}, {"logit_std", c.logit_std},
     };
+    if (c.softcap != 0) j["softcap"] = c.softcap;  // absent when off (older files have none)
     j["error"] = row.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.error);
     j["elements"] = row.elements;
     j["max_ulp"] = number(row.max_ulp);
@@ -259,6 +260,7 @@ Row row_from_json(const nlohmann::json& j) {
                                            Distribution::WideRange, Distribution::Subnormal},
                                           "dist");
         c.logit_std = number_from_json(field("logit_std"));
+        c.softcap = j.contains("softcap") ? number_from_json(j.at("softcap")) : 0.0;
         row.error = field("error").is_null() ? "" : field("error").get<std::string>();
         row.elements = field("elements").get<Index>();
         row.max_ulp = number_from_json(field("max_ulp"));

@@ -52,6 +52,7 @@ std::string seed_text(const Case& c) {
     s << "sdpa(B=" << c.B << ",H=" << c.H << ",Tq=" << c.Tq << ",Tk=" << c.Tk << ",Dk=" << c.Dk << ",Dv=" << c.Dv
       << ",mask=" << to_string(c.mask_kind) << ",dist=" << to_string(c.distribution);
     if (c.distribution == Distribution::LargeLogits) s << ",logit_std=" << c.logit_std;
+    if (c.softcap != 0) s << ",softcap=" << c.softcap;
     s << ")";
     return s.str();
 }
@@ -78,6 +79,7 @@ suite::CaseConfig row_config(const Case& c, const std::string& impl, Dtype dtype
     config.dtype = dtype;
     config.values = to_string(c.distribution);
     if (c.distribution == Distribution::LargeLogits) config.logit_std = c.logit_std;
+    if (c.softcap != 0) config.softcap = c.softcap;
     config.seed = fnv1a(seed_text(c));
     config.empty_rows = EmptyRowPolicy::Zero;
     config.impl = impl;
@@ -113,6 +115,18 @@ void add_sweeps(std::vector<Case>& cases, const std::vector<Index>& tks, const s
         cases.push_back({"logit-scale", 1, 4, 4, 96, 32, 32, MaskKind::None, Distribution::LargeLogits, s});
 }
 
+// Soft-capped rows: each cap against logits from standard normal to far beyond it (every logit saturated), with the
+// causal rule and without.
+void add_softcap(std::vector<Case>& cases, const std::vector<double>& caps, const std::vector<double>& logit_stds) {
+    for (double cap : caps)
+        for (double s : logit_stds)
+            for (MaskKind m : {MaskKind::None, MaskKind::CausalBottomRight}) {
+                Case c{"softcap", 1, 4, 8, 96, 32, 32, m, Distribution::LargeLogits, s};
+                c.softcap = cap;
+                cases.push_back(c);
+            }
+}
+
 void add_cross(std::vector<Case>& cases, const std::vector<Shape6>& shapes) {
     for (const Shape6& s : shapes)
         for (Distribution d : all_distributions)
@@ -146,11 +160,13 @@ std::vector<Case> make_grid(GridKind grid) {
             break;
         case GridKind::Quick:
             add_sweeps(cases, powers_of_two(4096), powers_of_two(512), {0.25, 1, 4, 16, 64, 256, 1024});
+            add_softcap(cases, {0.1, 1, 5, 50}, {1, 64});
             add_cross(cases, {{2, 2, 7, 9, 16, 8}, {1, 2, 33, 17, 24, 40}});
             break;
         case GridKind::Full:
             add_sweeps(cases, dense_sizes(16384), dense_sizes(1024),
                        {0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
+            add_softcap(cases, {0.05, 0.1, 0.5, 1, 5, 20, 50}, {1, 16, 256});
             add_cross(cases, {{2, 2, 7, 9, 16, 8},
                               {1, 2, 33, 17, 24, 40},
                               {2, 3, 64, 200, 64, 64},

@@ -57,19 +57,21 @@ TEST_CASE("report rows are named by the suite's config string, with the seed of 
 TEST_CASE("the quick grid covers what the report promises") {
     const auto cases = make_grid(GridKind::Quick);
     Index max_Tk = 0, max_Dk = 0;
-    bool tq_ne_tk = false;
+    bool tq_ne_tk = false, saturated_cap = false;
     std::set<std::pair<int, int>> dist_mask;
     std::set<std::string> names;
     for (const Case& c : cases) {
         max_Tk = std::max(max_Tk, c.Tk);
         max_Dk = std::max(max_Dk, c.Dk);
         tq_ne_tk |= c.Tq != c.Tk;
+        saturated_cap |= c.softcap > 0 && c.softcap * 10 <= c.logit_std;  // softcap near saturation
         dist_mask.insert({static_cast<int>(c.distribution), static_cast<int>(c.mask_kind)});
         CHECK(names.insert(seed_text(c)).second);  // every case has its own name, hence its own seed
     }
     CHECK(max_Tk >= 4096);
     CHECK(max_Dk >= 512);
     CHECK(tq_ne_tk);
+    CHECK(saturated_cap);
     CHECK(dist_mask.size() == 30);  // 5 distributions x 6 masks (none, causal tl/br, padding, random, window)
     CHECK(make_grid(GridKind::Full).size() > cases.size());
 }
