@@ -79,7 +79,9 @@ suite::CaseConfig row_config(const Case& c, const std::string& impl, Dtype dtype
     config.dtype = dtype;
     config.values = to_string(c.distribution);
     if (c.distribution == Distribution::LargeLogits) config.logit_std = c.logit_std;
-    if (c.softcap != 0) config.softcap = c.softcap;
+    // The cap is a value of the type the logits are computed in (float for all but double), as a scale is.
+    if (c.softcap != 0)
+        config.softcap = suite::scale_is_float(dtype) ? static_cast<double>(static_cast<float>(c.softcap)) : c.softcap;
     config.seed = fnv1a(seed_text(c));
     config.empty_rows = EmptyRowPolicy::Zero;
     config.impl = impl;
