@@ -72,8 +72,11 @@ struct Problem {
     std::optional<double> scale;
     std::string causal, empty_rows = "throw";
     bool check_finite = true;
+    std::string window, window_alignment = "bottom-right";  // window "LEFT,RIGHT" (attn::cli::window_from), "" = none
+    double softcap = 0;
     attn::SdpaOptions options(const std::string& function) const {
-        return attn::cli::sdpa_options_from(scale, causal, empty_rows, check_finite, function);
+        return attn::cli::sdpa_options_from(scale, causal, empty_rows, check_finite, function, window, window_alignment,
+                                            softcap);
     }
 };
 
@@ -296,11 +299,18 @@ int serve(py::function fn, py::dict declaration, const std::string& program, con
     return finish(false);
 }
 
-Problem problem_of(std::optional<double> scale, std::optional<std::string> causal, const std::string& empty_rows) {
+// window: (left, right) as FlashAttention's window_size, -1 = unbounded.
+using Window = std::optional<std::pair<long long, long long>>;
+
+Problem problem_of(std::optional<double> scale, std::optional<std::string> causal, const std::string& empty_rows,
+                   const Window& window, const std::string& window_alignment, double softcap) {
     Problem p;
     p.scale = scale;
     p.causal = causal.value_or("");
     p.empty_rows = empty_rows;
+    if (window) p.window = std::to_string(window->first) + "," + std::to_string(window->second);
+    p.window_alignment = window_alignment;
+    p.softcap = softcap;
     return p;
 }
 
@@ -318,17 +328,19 @@ PYBIND11_MODULE(_attn, m) {
 
     m.def("sdpa", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
                      std::optional<std::string> causal, std::optional<double> scale, const std::string& empty_rows,
-                     const std::string& backend, bool return_weights, int num_threads) {
+                     const std::string& backend, bool return_weights, int num_threads, const Window& window,
+                     const std::string& window_alignment, double softcap) {
         require_float(q, "attn.sdpa");
-        const Problem p = problem_of(scale, causal, empty_rows);
+        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap);
         return is_float32(q) ? sdpa_t<float>(q, k, v, mask, p, backend, return_weights, num_threads)
                              : sdpa_t<double>(q, k, v, mask, p, backend, return_weights, num_threads);
     });
     m.def("oracle", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
                        std::optional<std::string> causal, std::optional<double> scale, const std::string& empty_rows,
-                       const std::string& model, Index key_block) {
+                       const std::string& model, Index key_block, const Window& window,
+                       const std::string& window_alignment, double softcap) {
         require_float(q, "attn.oracle");
-        const Problem p = problem_of(scale, causal, empty_rows);
+        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap);
         const auto pack = [](const auto& r) {
             py::dict d;
             d["output"] = to_numpy(r.output);
@@ -344,9 +356,10 @@ PYBIND11_MODULE(_attn, m) {
     });
     m.def("check", [](const py::array& q, const py::array& k, const py::array& v, const py::array& out,
                       std::optional<py::array> mask, std::optional<std::string> causal, std::optional<double> scale,
-                      const std::string& empty_rows, const std::string& model, Index key_block) {
+                      const std::string& empty_rows, const std::string& model, Index key_block, const Window& window,
+                      const std::string& window_alignment, double softcap) {
         require_float(q, "attn.check");
-        const Problem p = problem_of(scale, causal, empty_rows);
+        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap);
         return is_float32(q) ? check_t<float>(q, k, v, out, mask, p, model, key_block)
                              : check_t<double>(q, k, v, out, mask, p, model, key_block);
     });

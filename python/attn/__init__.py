@@ -45,21 +45,25 @@ def _array(x, name):
 
 
 def sdpa(q, k, v, mask=None, *, causal=None, scale=None, empty_rows="throw", backend="auto",
-         return_weights=False, num_threads=0):
+         return_weights=False, num_threads=0, window=None, window_alignment="bottom-right", softcap=0.0):
     """softmax(scale q k^T, masked) v with attn's library: a NumPy array (and the weights when asked for).
 
     mask: bool, broadcastable to (..., Tq, Tk), True = may attend. causal: None, "top-left" or "bottom-right".
-    empty_rows: what a query with no allowed key gives: "throw" (attn.MaskError), "zero" or "nan"."""
+    empty_rows: what a query with no allowed key gives: "throw" (attn.MaskError), "zero" or "nan".
+    window: (left, right), FlashAttention's window_size (-1 = unbounded): key j visible to query i iff
+    i + d - left <= j <= i + d + right, d = Tk - Tq ("bottom-right") or 0 (window_alignment="top-left").
+    softcap: each logit s becomes softcap * tanh(s / softcap) before the masks (0 = off)."""
     return _attn.sdpa(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), causal, scale,
-                      empty_rows, backend, return_weights, num_threads)
+                      empty_rows, backend, return_weights, num_threads, window, window_alignment, softcap)
 
 
-def oracle(q, k, v, mask=None, *, causal=None, scale=None, empty_rows="throw", model="generic", key_block=64):
+def oracle(q, k, v, mask=None, *, causal=None, scale=None, empty_rows="throw", model="generic", key_block=64,
+           window=None, window_alignment="bottom-right", softcap=0.0):
     """The exact attention of these inputs (correctly rounded to their dtype) and, per element, the rigorous bound
     on the error of a kernel following `model` (generic, reference or tiled with key_block): a dict with output,
     bound, weights, weights_bound, model and bits."""
     return _attn.oracle(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), causal, scale,
-                        empty_rows, model, key_block)
+                        empty_rows, model, key_block, window, window_alignment, softcap)
 
 
 class CheckResult:
@@ -77,10 +81,13 @@ class CheckResult:
         return f"CheckResult({'pass' if self.passed else 'FAIL'}: {self.summary})"
 
 
-def check(q, k, v, out, mask=None, *, causal=None, scale=None, empty_rows="throw", model="generic", key_block=64):
-    """Checks `out` (your kernel's output for q, k, v) against the oracle: what `attn check` does with .npy files."""
+def check(q, k, v, out, mask=None, *, causal=None, scale=None, empty_rows="throw", model="generic", key_block=64,
+          window=None, window_alignment="bottom-right", softcap=0.0):
+    """Checks `out` (your kernel's output for q, k, v) against the oracle: what `attn check` does with .npy files
+    (window and softcap as in sdpa)."""
     return CheckResult(_attn.check(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(out, "out"),
-                                   _array(mask, "mask"), causal, scale, empty_rows, model, key_block))
+                                   _array(mask, "mask"), causal, scale, empty_rows, model, key_block, window,
+                                   window_alignment, softcap))
 
 
 class PropertiesResult:

@@ -55,6 +55,29 @@ def test_sdpa_agrees_with_the_oracle_and_with_torch():
     assert len(result.worst_index) == 4 and result.max_ulp >= 0
 
 
+def test_window_and_softcap_reach_the_library_and_the_oracle():
+    q, k, v = inputs(np.float64, Tq=6, Tk=6)
+    # A window (1, 0) is a band of two keys: it equals the explicit mask j in [i - 1, i].
+    i, j = np.arange(6)[:, None], np.arange(6)[None, :]
+    band = (j >= i - 1) & (j <= i)
+    windowed = attn.sdpa(q, k, v, window=(1, 0))
+    assert np.array_equal(windowed, attn.sdpa(q, k, v, band))
+    assert attn.check(q, k, v, windowed, window=(1, 0)).passed
+    assert not attn.check(q, k, v, windowed).passed
+    # A cap of 0.05 levels the weights (any two within e^0.1 of each other, so each within (e^0.1 - 1) / Tk of 1/Tk):
+    # the output is within (e^0.1 - 1) max|v| of the mean of v, and only the capped check passes.
+    capped = attn.sdpa(q, k, v, softcap=0.05, backend="tiled")
+    assert attn.check(q, k, v, capped, softcap=0.05, model="tiled", key_block=256).passed
+    assert not attn.check(q, k, v, capped).passed
+    assert np.max(np.abs(capped - v.mean(axis=2, keepdims=True))) <= np.expm1(0.1) * np.max(np.abs(v)) + 1e-12
+    exact = attn.oracle(q, k, v, softcap=0.05, window=(1, 0))["output"]
+    assert attn.check(q, k, v, exact, softcap=0.05, window=(1, 0)).passed
+    with pytest.raises(attn.ConfigError, match="softcap must be 0"):
+        attn.sdpa(q, k, v, softcap=-1.0)
+    with pytest.raises(attn.ConfigError, match="window"):
+        attn.sdpa(q, k, v, window=(-2, 0))
+
+
 def test_check_names_the_worst_element_of_a_wrong_output():
     q, k, v = inputs(np.float64)
     out = attn.sdpa(q, k, v)  # not causal
