@@ -21,6 +21,7 @@ struct MhaArgs {
     std::string q_bias, k_bias, v_bias, out_bias, in_proj_bias;
     std::string allowed_mask_path, blocked_mask_path, key_padding_blocked_path;
     std::string causal;  // "", "top-left" or "bottom-right"
+    double softcap = 0;  // --softcap
     std::string empty_rows = "throw";
     int num_threads = 0;
     bool no_check_finite = false;
@@ -76,13 +77,15 @@ int run_mha(const MhaArgs& args, const npy::Array& x_file) {
     if (!args.v_bias.empty()) mha.set_v_proj_bias(read(args.v_bias));
     if (!args.out_bias.empty()) mha.set_out_proj_bias(read(args.out_bias));
 
-    const SdpaOptions mapped = sdpa_options_from(std::nullopt, args.causal, args.empty_rows, !args.no_check_finite);
+    const SdpaOptions mapped = sdpa_options_from(std::nullopt, args.causal, args.empty_rows, !args.no_check_finite,
+                                                 "mha", "", "bottom-right", args.softcap);
     MhaOptions options;
     options.is_causal = mapped.is_causal;
     options.alignment = mapped.alignment;
     options.empty_rows = mapped.empty_rows;
     options.num_threads = args.num_threads;
     options.check_finite = mapped.check_finite;
+    options.softcap = mapped.softcap;
     options.weights = args.weights_path.empty() ? MhaWeights::None
                       : args.average_weights    ? MhaWeights::HeadAverage
                                                 : MhaWeights::PerHead;
@@ -164,6 +167,7 @@ Action add_mha_command(CLI::App& app) {
     allowed->excludes(blocked);
     mha->add_option("--key-padding-blocked", args->key_padding_blocked_path,
                     "Bool (B, Tk), true = padding (nn.MultiheadAttention's key_padding_mask)");
+    mha->add_option("--softcap", args->softcap, softcap_help)->capture_default_str();
     mha->add_option("--causal", args->causal, "Causal rule: top-left (j <= i) or bottom-right (j <= i + Tk - Tq)")
         ->check(CLI::IsMember({"top-left", "bottom-right"}));
     mha->add_option("--empty-rows", args->empty_rows, "Rows with no allowed key: throw (error), zero or nan")

@@ -287,6 +287,7 @@ MhaResult<T> MultiHeadAttention<T>::run(const char* function_name, TensorView<co
     const std::string& shapes = states.shapes;
     const Index B = states.B, Tq = states.Tq, Tk = states.Tk;
     detail::check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, " (" + shapes + ")");
+    detail::check_softcap<compute_t<T>>(function, options.softcap, " (" + shapes + ")");
     const detail::HeadMasks masks = detail::resolve_masks(function, shapes, allowed_mask, options, B, H_, Tq, Tk);
     const PositionRule positions = detail::position_rule(function, options, " (" + shapes + ")");
     const detail::HeadReadability readable = detail::head_readability(masks.allowed, positions, B, H_, Tq, Tk);

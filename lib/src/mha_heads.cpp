@@ -78,6 +78,7 @@ SdpaResult<T> attend_split_heads(TensorView<const T> q, TensorView<const T> k, T
     sdpa.is_causal = options.is_causal;
     sdpa.alignment = options.alignment;
     sdpa.window = options.window;
+    sdpa.softcap = options.softcap;
     sdpa.empty_rows = options.empty_rows;
     sdpa.check_finite = options.check_finite;
     sdpa.return_weights = return_weights;
@@ -234,6 +235,7 @@ MhaResult<T> multi_head_sdpa_impl(TensorView<const T> q, TensorView<const T> k, 
     check_dropout(function, dropout.p);
     check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, " (" + shapes + ")");
     check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, " (" + shapes + ")");
+    check_softcap<compute_t<T>>(function, options.softcap, " (" + shapes + ")");
     const HeadMasks masks = resolve_masks(function, shapes, allowed_mask, options, B, H, Tq, Tk);
     const PositionRule positions = position_rule(function, options, " (" + shapes + ")");
     const HeadReadability readable = head_readability(masks.allowed, positions, B, H, Tq, Tk);

@@ -94,6 +94,7 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, shapes);
     check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, shapes);
     if (options.window) check_window(function, *options.window, shapes);
+    check_softcap<compute_t<T>>(function, options.softcap, shapes);
     if (H == 0 || B == 0) {  // no heads or no batch: SDPA's answer is empty too
         SdpaResult<T> empty{Tensor<T>(output_shape), std::nullopt};
         if (options.return_weights) empty.weights = Tensor<T>(weights_shape);
@@ -107,6 +108,7 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     mha.is_causal = options.is_causal;
     mha.alignment = options.alignment;
     mha.window = options.window;
+    mha.softcap = options.softcap;
     mha.weights = options.return_weights ? MhaWeights::PerHead : MhaWeights::None;
     mha.scale = options.scale;  // default 1/sqrt(Dk), as in SDPA
     mha.empty_rows = options.empty_rows;

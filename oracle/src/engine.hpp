@@ -278,8 +278,6 @@ private:
             const double s_hi = fast ? L.s_dd[j].hi : static_cast<double>(L.s[j]);
             L.raw_up[j] = round_up(std::fabs(static_cast<Wide>(s_hi)) * (1 + 0x1p-52L) + L.logit_self[j]);
             L.raw_lo[j] = std::max(0.0, std::fabs(s_hi) * (1 - 0x1p-52) - L.logit_self[j]);
-            const Wide dy = static_cast<Wide>(L.logit_self[j]) + 2 * (fast ? kDdOp : u_mp_) * static_cast<Wide>(L.raw_up[j]);
-            const Wide slope = sech2_up((static_cast<Wide>(L.raw_lo[j]) - dy) / c);
             if (fast) {
                 const DoubleDouble y = dd_div(L.s_dd[j], {c, 0.0});
                 const bool negative = y.hi < 0;
@@ -289,10 +287,12 @@ private:
                 const DoubleDouble t =
                     ay.hi > 40 ? DoubleDouble{1.0, 0.0} : dd_div(dd_add({1.0, 0.0}, dd_neg(e)), dd_add({1.0, 0.0}, e));
                 L.s_dd[j] = dd_mul({c, 0.0}, negative ? dd_neg(t) : t);
-                L.logit_self[j] = round_up(slope * dy + c * (2 * static_cast<Wide>(kDdExp) + 8 * kDdOp + 0x1p-1070L));
+                L.logit_self[j] = capped_self_error(L.logit_self[j], L.raw_lo[j], L.raw_up[j], c, kDdOp,
+                                                    c * (2 * static_cast<Wide>(kDdExp) + 8 * kDdOp + 0x1p-1070L));
             } else {
                 L.s[j] = cap_mp * tanh(L.s[j] / cap_mp);
-                L.logit_self[j] = round_up(slope * dy + 4 * u_mp_ * static_cast<Wide>(c));
+                L.logit_self[j] = capped_self_error(L.logit_self[j], L.raw_lo[j], L.raw_up[j], c, u_mp_,
+                                                    4 * u_mp_ * static_cast<Wide>(c));
             }
         }
     }

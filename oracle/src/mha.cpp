@@ -18,6 +18,10 @@ namespace attn::oracle {
 namespace {
 
 // softmax_bound.hpp: the row's softmax and bound, shared with the SDPA engine.
+using detail::CapRounding;
+using detail::cap_rounding;
+using detail::capped_logit_bound;
+using detail::capped_self_error;
 using detail::direct_factor;
 using detail::exact_softmax;
 using detail::flushable;
@@ -33,6 +37,7 @@ using detail::Normalisation;
 using detail::normalise;
 using detail::oracle_rounding;
 using detail::OutputSums;
+using detail::round_up;
 using detail::RowRounding;
 using detail::split;
 using detail::storage_rounding;
@@ -42,6 +47,7 @@ using detail::underflow_units;
 using detail::UnderflowUnits;
 using detail::underflow_terms;
 using detail::weighted_sum;
+using detail::Wide;
 
 
 // The module's call resolved once: sizes, scale and who reads what.
@@ -73,6 +79,7 @@ MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorV
     p.B = states.B, p.Tq = states.Tq, p.Tk = states.Tk;
     attn::detail::check_scale_and_threads<compute_t<T>>(f, options.scale, options.num_threads, " (" + shape_list + ")");
     p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(p.Dh));
+    attn::detail::check_softcap<compute_t<T>>(f, options.softcap, " (" + shape_list + ")");
 
     // The module's mask contract and readability (attn/detail/problem.hpp), empty-row error included.
     const Index B = p.B, H = p.H, Tq = p.Tq, Tk = p.Tk;
@@ -270,10 +277,24 @@ private:
             L.s[c] = c_real * dot;
             L.a[c] = logit_bound(lr_, mixed, mag, abs_sum);
             L.a_self[c] = 2 * (c_abs * mixed_s + g_logit_self_ * c_abs * mag_s);
+            if (options_.softcap != 0) cap(L, c);
         }
         L.A = *std::max_element(L.a.begin(), L.a.end());
         L.A_self = *std::max_element(L.a_self.begin(), L.a_self.end());
         return L;
+    }
+
+    // Section 2b on the head's logit c: the capped logit in Real, the implementation's error through
+    // capped_logit_bound and the oracle's own (MPFR: the quotient, tanh and the product each within u_mp).
+    void cap(HeadLogits& L, std::size_t c) const {
+        const double cap = options_.softcap, s = std::fabs(static_cast<double>(L.s[c]));
+        const double s_up = round_up(static_cast<Wide>(s) * (1 + 0x1p-52L) + L.a_self[c]);
+        const double s_lo = std::max(0.0, s * (1 - 0x1p-52) - L.a_self[c]);
+        const CapRounding cr = cap_rounding(cap, model_, u_, 0, std::numeric_limits<C>::min());
+        L.a[c] = capped_logit_bound(cr, L.a[c], s_lo, s_up);
+        L.a_self[c] = capped_self_error(L.a_self[c], s_lo, s_up, cap, u_mp_, 4 * u_mp_ * static_cast<Wide>(cap));
+        const Real cap_real(cap);
+        L.s[c] = cap_real * tanh(L.s[c] / cap_real);
     }
 
     // Step 3 from the oracle's values: sigma_j >= the exact m - s_j (the oracle's is within 2 A_self of it); the

@@ -254,6 +254,14 @@ inline double capped_logit_bound(const CapRounding& C, double a, double s_lo, do
                      C.tail * std::min(cap, static_cast<Wide>(s_up) + d) + C.under) * kBoundInflation);
 }
 
+// The oracle's own error of a capped logit (section 2b): its logit error `self` and the quotient's rounding
+// (u_div relative, |s_j| in [s_lo, s_up]) through tanh's largest slope where the quotient may lie, plus `rest`,
+// the absolute error of its tanh and product.
+inline double capped_self_error(double self, double s_lo, double s_up, double cap, double u_div, Wide rest) {
+    const Wide dy = static_cast<Wide>(self) + 2 * u_div * static_cast<Wide>(s_up);
+    return round_up(sech2_up((static_cast<Wide>(s_lo) - dy) / cap) * dy + rest);
+}
+
 // ---- sections 0 and 5: the row's exact softmax and weighted sum, in Real ------------------------------------------
 
 // Weights p_j = exp(s_j - m) / W over the row's n keys, with what the bound needs of them.

@@ -171,6 +171,34 @@ TEST_CASE("attn mha writes the head average with --average-weights", "[cli][mha]
         for (Index j = 0; j < 3; ++j) CHECK(average({0, i, j}) == Approx(j <= i ? 1.0 / static_cast<double>(i + 1) : 0.0).margin(1e-15));
 }
 
+TEST_CASE("attn mha --softcap caps every head's logits: a tiny cap levels the weights", "[cli][mha]") {
+    const Scratch scratch;
+    std::mt19937_64 rng(4);
+    std::normal_distribution<double> normal(0.0, 3.0);  // logits of several units before the cap
+    Tensor<double> x({1, 3, 4}), w4({4, 4});
+    for (Index f = 0; f < x.numel(); ++f) x[f] = normal(rng);
+    for (Index f = 0; f < w4.numel(); ++f) w4[f] = normal(rng);
+    npy::write_file<double>(scratch / "x.npy", x.view());
+    npy::write_file<double>(scratch / "w.npy", w4.view());
+    const std::string w = "'" + (scratch / "w.npy") + "'";
+    const std::string call = "mha --x '" + (scratch / "x.npy") + "' --num-heads 2 --q-proj-weight " + w +
+                             " --k-proj-weight " + w + " --v-proj-weight " + w + " --out-proj-weight " + w +
+                             " --causal top-left --out '" + (scratch / "o.npy") + "' --weights '" + (scratch / "a.npy") +
+                             "' --average-weights";
+    const Run run = run_attn(scratch, call + " --softcap 0.001");
+    INFO(run.stderr_text);
+    REQUIRE(run.exit_code == 0);
+    const auto average = npy::to_tensor<double>(npy::read_file(scratch / "a.npy"), "a.npy");
+    // Every capped logit lies in (-0.001, 0.001), so the weights of row i are within a factor e^0.002 of each other,
+    // each within (e^0.002 - 1) / (i + 1) of 1 / (i + 1), and so is their mean over the heads.
+    for (Index i = 0; i < 3; ++i)
+        for (Index j = 0; j <= i; ++j)
+            CHECK(std::fabs(average({0, i, j}) - 1.0 / double(i + 1)) <= std::expm1(0.002) / double(i + 1) + 1e-15);
+    const Run refused = run_attn(scratch, call + " --softcap -1");
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.stderr_text.find("softcap must be 0 (off) or a positive number") != std::string::npos);
+}
+
 TEST_CASE("attn mha reports impossible configurations and wrong shapes with exit code 2", "[cli][mha][errors]") {
     const Scratch scratch;
     std::mt19937_64 rng(5);

@@ -44,6 +44,7 @@ struct MhaOptions {
     bool training = false;            // dropout (MhaConfig::dropout) is applied only when true
     std::uint64_t dropout_step = 0;   // mixed into the dropout stream: a training loop passes its step for a fresh mask
     std::optional<double> scale;      // default 1/sqrt(head_dim)
+    double softcap = 0;               // logit soft-capping of every head, as SdpaOptions::softcap (0 = off)
     EmptyRowPolicy empty_rows = EmptyRowPolicy::Throw;
     bool check_finite = true;         // inputs and parameters at positions some query reads; projections overflowing
     Backend backend = Backend::Auto;  // of the SDPA core
