@@ -427,6 +427,16 @@ inline std::optional<SlidingWindow> decode_window(const MaskSpec& m) {
     return SlidingWindow{sides[(m.density >> 2) & 3u], sides[(m.density >> 4) & 3u], m.alignment};
 }
 
+// The case's soft-cap (SdpaOptions::softcap), from the same spare bits: bits 0-1 equal to 10 (never together with a
+// window) and bit 6 of the empty-row byte (which an empty-row mask reads modulo Tq) turn it on, an eighth of the
+// inputs; bits 2-3 pick the cap from {0.5, 2, 30, 1e4}: saturating, moderate and nearly plain attention. Three
+// saved findings of regressions/fuzz have the pattern 10, none with that bit, so each still decodes its own case.
+inline double decode_softcap(const MaskSpec& m) {
+    if ((m.density & 3u) != 2u || !(m.empty_row & 0x40u)) return 0;
+    constexpr double caps[] = {0.5, 2, 30, 1e4};
+    return caps[(m.density >> 2) & 3u];
+}
+
 // Builds the mask operand of `spec` with shape `shape` (the spec's, or a corrupted one). Random bits come from the
 // input, eight per byte.
 inline Operand<bool> make_mask(FuzzedDataProvider& in, const MaskSpec& spec, const Shape& shape) {
@@ -497,6 +507,7 @@ inline std::string describe(const SdpaOptions& o) {
         s += ",window=" + std::to_string(o.window->left) + ":" + std::to_string(o.window->right) + ":" +
              to_string(o.window->alignment);
     if (o.scale) s += ",scale=" + std::to_string(*o.scale);
+    if (o.softcap != 0) s += ",softcap=" + std::to_string(o.softcap);
     if (!o.check_finite) s += ",check_finite=0";
     if (o.return_weights) s += ",weights=1";
     if (o.num_threads != 1) s += ",threads=" + std::to_string(o.num_threads);

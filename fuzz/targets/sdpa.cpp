@@ -54,6 +54,7 @@ void run(FuzzedDataProvider& in) {
     vs.insert(vs.end(), {dims.Tk, dims.Dv});
     MaskSpec mask_spec = decode_mask_spec(in, dims);
     options.window = decode_window(mask_spec);
+    options.softcap = decode_softcap(mask_spec);
     const Layout ql = Layout::decode(in), kl = Layout::decode(in), vl = Layout::decode(in);
     const auto fault_pick = in.ConsumeIntegral<std::uint8_t>();
     switch (corruption) {
