@@ -88,6 +88,7 @@ SdpaResult<T> run_external(KernelProcess& kernel, TensorView<const T> q, TensorV
                                   : "causal bottom-right (the kernel declares neither its flag nor bool masks)");
     }
     if (p.softcap != 0) throw Unsupported("a softcap (the kernel ABI has no soft-capping field)");
+    if (p.bias) throw Unsupported("an additive bias (the kernel ABI has no bias field)");
     if (p.positions.window) {
         if (!has_bool) throw Unsupported("a sliding window (the kernel declares no bool masks)");
         folded.window = p.positions.window;

@@ -69,6 +69,7 @@ TensorView<T> merge_dims_1_2(TensorView<T> x, const std::string& name) {
 template <class T>
 SdpaResult<T> run_mha_path(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                            std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
+    if (o.bias) throw Unsupported("an additive bias (the multi-head module's head path takes none)");
     if (m) m = merge_dims_1_2(*m, "allowed_mask");
     return detail::mha_sdpa_path(merge_dims_1_2(q, "q"), merge_dims_1_2(k, "k"), merge_dims_1_2(v, "v"), m, o);
 }

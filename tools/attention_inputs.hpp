@@ -27,13 +27,22 @@ npy::Array read_float_file(const std::string& path, const std::string& dtype_opt
 struct AttentionFiles {
     npy::Array q, k, v;
     std::optional<Tensor<bool>> allowed_mask;
+    std::optional<npy::Array> bias;  // --bias, q's dtype
+    std::string bias_path;
+
+    // The bias as a tensor of T (q's dtype), or none.
+    template <class T>
+    std::optional<Tensor<T>> bias_tensor() const {
+        if (!bias) return std::nullopt;
+        return npy::to_tensor<T>(*bias, bias_path);
+    }
 };
 
-// Reads q, k, v (one float dtype: float32, float64, float16 or bfloat16, after --dtype) and the optional bool mask;
-// ConfigError naming `command` and every file's dtype and shape otherwise.
+// Reads q, k, v (one float dtype: float32, float64, float16 or bfloat16, after --dtype), the optional bool mask and
+// the optional additive bias (q's dtype); ConfigError naming `command` and every file's dtype and shape otherwise.
 AttentionFiles read_attention_files(const std::string& command, const std::string& q_path, const std::string& k_path,
                                     const std::string& v_path, const std::string& allowed_mask_path,
-                                    const std::string& dtype_option);
+                                    const std::string& dtype_option, const std::string& bias_path = "");
 
 // Calls f.template operator()<T>() with T the element type of a float dtype (float, double, float16, bfloat16).
 template <class F>

@@ -65,4 +65,9 @@ inline constexpr const char* softcap_help =
     "Logit soft-capping (Gemma 2, FlashAttention's softcap): each logit s becomes C tanh(s / C), after the scale and "
     "before the masks; 0 = off";
 
+// --bias's help, for every command that takes it.
+inline constexpr const char* bias_help =
+    "Additive bias (PyTorch's float attn_mask): a .npy of q's dtype broadcastable to (..., Tq, Tk), added to each "
+    "logit after the scale and the soft-capping; -inf blocks the key like false in the mask";
+
 }  // namespace attn::cli

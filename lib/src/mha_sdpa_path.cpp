@@ -95,6 +95,10 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, shapes);
     if (options.window) check_window(function, *options.window, shapes);
     check_softcap<compute_t<T>>(function, options.softcap, shapes);
+    // The module has no additive bias (MhaOptions): refused rather than dropped.
+    if (options.bias)
+        throw ConfigError(function + ": the multi-head module's head path takes no additive bias; call "
+                          "scaled_dot_product_attention with SdpaOptions::bias" + shapes);
     if (H == 0 || B == 0) {  // no heads or no batch: SDPA's answer is empty too
         SdpaResult<T> empty{Tensor<T>(output_shape), std::nullopt};
         if (options.return_weights) empty.weights = Tensor<T>(weights_shape);

@@ -14,10 +14,20 @@ namespace attn {
 
 namespace {
 
-std::string shapes_of(const TensorView<const bool>* m, const Shape& q, const Shape& k, const Shape& v) {
+std::string shapes_of(const TensorView<const bool>* m, const Shape& q, const Shape& k, const Shape& v,
+                      const std::optional<Bias>& bias) {
     std::string s = "q " + to_string(q) + ", k " + to_string(k) + ", v " + to_string(v);
     if (m) s += ", allowed_mask " + to_string(m->shape());
+    if (bias) s += ", bias " + to_string(bias->shape());
     return s;
+}
+
+template <class T>
+const char* dtype_of() {
+    if constexpr (std::is_same_v<T, float>) return "float32";
+    else if constexpr (std::is_same_v<T, double>) return "float64";
+    else if constexpr (std::is_same_v<T, float16>) return "float16";
+    else return "bfloat16";
 }
 
 template <class V>
@@ -144,6 +154,33 @@ void check_window(const std::string& function, const SlidingWindow& window, cons
 }
 
 template <class T>
+TensorView<const T> broadcast_bias_to_scores(const std::string& function, const Bias& bias, const Shape& target,
+                                             const std::string& shapes) {
+    const TensorView<const T>* view = bias.get<T>();
+    if (!view)
+        throw ConfigError(function + ": bias has dtype " + bias.dtype_name() + " but q, k and v have dtype " +
+                          dtype_of<T>() + "; give the bias in the inputs' dtype" + shapes);
+    if (view->rank() > static_cast<Index>(target.size()))
+        throw ShapeError(function + ": bias " + to_string(view->shape()) + " has more dims than the scores " +
+                         to_string(target) + shapes);
+    try {
+        return view->broadcast_to(target, function, "bias");
+    } catch (const ShapeError&) {
+        throw ShapeError(function + ": bias " + to_string(view->shape()) +
+                         " does not broadcast to the scores (batch..., Tq, Tk) = " + to_string(target) + shapes);
+    }
+}
+
+template TensorView<const float> broadcast_bias_to_scores<float>(const std::string&, const Bias&, const Shape&,
+                                                                 const std::string&);
+template TensorView<const double> broadcast_bias_to_scores<double>(const std::string&, const Bias&, const Shape&,
+                                                                   const std::string&);
+template TensorView<const float16> broadcast_bias_to_scores<float16>(const std::string&, const Bias&, const Shape&,
+                                                                     const std::string&);
+template TensorView<const bfloat16> broadcast_bias_to_scores<bfloat16>(const std::string&, const Bias&, const Shape&,
+                                                                       const std::string&);
+
+template <class T>
 void check_softcap(const std::string& function, double softcap, const std::string& shapes) {
     if (softcap == 0) return;
     char buf[32];
@@ -241,6 +278,14 @@ std::string read_position_reason(const std::string& shapes) {
 
 // ---------------------------------------------------------------------------------------------- the SDPA problem
 
+Shape Bias::shape() const {
+    return std::visit([](const auto& v) { return v.shape(); }, view_);
+}
+
+const char* Bias::dtype_name() const {
+    return std::visit([](const auto& v) { return dtype_of<typename std::decay_t<decltype(v)>::value_type>(); }, view_);
+}
+
 template <class T>
 Shape SdpaProblem<T>::output_shape() const {
     Shape s = batch_shape;
@@ -273,7 +318,7 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
                                  const SdpaOptions& options) {
     SdpaProblem<T> p;
     p.function = function;
-    p.shapes = shapes_of(allowed_mask ? &*allowed_mask : nullptr, q.shape(), k.shape(), v.shape());
+    p.shapes = shapes_of(allowed_mask ? &*allowed_mask : nullptr, q.shape(), k.shape(), v.shape(), options.bias);
     const std::string shapes = " (" + p.shapes + ")";
     detail::check_qkv_shapes(function, q.shape(), k.shape(), v.shape(), shapes);
     p.Tq = q.dim(-2);
@@ -295,6 +340,11 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     p.k = k.broadcast_to(with(p.Tk, p.Dk), function, "k");
     p.v = v.broadcast_to(with(p.Tk, p.Dv), function, "v");
     if (allowed_mask) p.allowed_mask = detail::broadcast_mask_to_scores(function, *allowed_mask, with(p.Tq, p.Tk), shapes);
+    if (options.bias) {
+        p.bias = detail::broadcast_bias_to_scores<T>(function, *options.bias, with(p.Tq, p.Tk), shapes);
+        p.bias_row_stride = p.bias->stride(-2);
+        p.bias_key_stride = p.bias->stride(-1);
+    }
     // The default 1/sqrt(Dk) is finite in every dtype; only a given scale can fail the check. The scale multiplies in
     // the compute type (float for the 16-bit storage types), so that is the type it must fit.
     detail::check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, shapes);
@@ -308,6 +358,7 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     p.k_offset = batch_offsets(p.k, br, p.batch_shape);
     p.v_offset = batch_offsets(p.v, br, p.batch_shape);
     if (p.allowed_mask) p.mask_offset = batch_offsets(*p.allowed_mask, br, p.batch_shape);
+    if (p.bias) p.bias_offset = batch_offsets(*p.bias, br, p.batch_shape);
     return p;
 }
 
@@ -316,6 +367,15 @@ Readability readability(const SdpaProblem<T>& p, Index b) {
     Readability r;
     r.key_readable.assign(static_cast<std::size_t>(p.Tk), 0);
     r.row_nonempty.assign(static_cast<std::size_t>(p.Tq), 0);
+    if (p.bias) {  // a -inf bias blocks its key: every position the rule and the mask allow is looked at
+        for (Index i = 0; i < p.Tq; ++i) {
+            const KeyRange range = p.positions.keys(i, p.Tq, p.Tk);
+            for (Index j = range.begin; j < range.end; ++j)
+                if (p.allowed(b, i, j)) r.row_nonempty[static_cast<std::size_t>(i)] = r.key_readable[static_cast<std::size_t>(j)] = 1;
+            if (!r.row_nonempty[static_cast<std::size_t>(i)] && r.first_empty_row < 0) r.first_empty_row = i;
+        }
+        return r;
+    }
     const std::optional<TensorView<const bool>>& m = p.allowed_mask;
     r.first_empty_row = detail::row_readability(m ? m->data() + p.mask_offset[b] : nullptr, m ? m->stride(-2) : 0,
                                                 m ? m->stride(-1) : 0, p.Tq, p.Tk, p.positions,
@@ -360,6 +420,17 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
             for (Index d = 0; d < p.Dv; ++d)
                 if (!finite(vrow[d * vs])) fail("v", p.v.shape(), b, j, d, vrow[d * vs]);
         }
+        // The bias where the rule and the mask let a query read: -inf blocks the key, NaN and +inf are errors.
+        if (p.bias)
+            for (Index i = 0; i < p.Tq; ++i) {
+                const KeyRange range = p.positions.keys(i, p.Tq, p.Tk);
+                for (Index j = range.begin; j < range.end; ++j) {
+                    if (!p.mask_allows(b, i, j)) continue;
+                    const auto x = p.bias_at(b, i, j);
+                    if (std::isnan(x) || x == std::numeric_limits<decltype(x)>::infinity())
+                        fail("bias", p.bias->shape(), b, i, j, x);
+                }
+            }
     }
     return all;
 }

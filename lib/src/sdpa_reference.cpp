@@ -114,8 +114,9 @@ void sdpa_reference(const SdpaProblem<S>& p, const std::vector<Readability>& rea
         gemm<T>(false, true, Tq, n, Dk, static_cast<T>(p.scale), qc.data(), Dk, 1, kc.data(), Dk, 1, T(0), s.data(), n,
                 1);
 
-        // 3. mask, soft-cap, max, exp, sum, normalise, per query row; s becomes the weights over readable keys. The
-        // cap, softcap * tanh(s / softcap) with std::tanh in T, applies to allowed logits only: blocked ones stay -inf.
+        // 3. mask, soft-cap, bias, max, exp, sum, normalise, per query row; s becomes the weights over readable keys.
+        // The cap, softcap * tanh(s / softcap) with std::tanh in T, and then the bias (one addition in T) apply to
+        // allowed logits only: blocked ones (a -inf bias included) stay -inf.
         const T cap = static_cast<T>(p.softcap);
         for (Index i = 0; i < Tq; ++i) {
             T* row = s.data() + i * n;
@@ -132,6 +133,11 @@ void sdpa_reference(const SdpaProblem<S>& p, const std::vector<Readability>& rea
                 if (options.check_finite && !std::isfinite(row[c]))
                     throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i, p.shapes);
                 if (cap != 0) row[c] = cap * std::tanh(row[c] / cap);
+                if (p.bias) {
+                    row[c] += p.bias_at(b, i, keys[c]);
+                    if (options.check_finite && !std::isfinite(row[c]))
+                        throw_overflow(p.function, "a logit plus its bias", p.batch_index_string(b), i, p.shapes);
+                }
                 row_max = std::max(row_max, row[c]);
             }
             T sum = 0;

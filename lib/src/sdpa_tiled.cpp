@@ -376,6 +376,25 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             // 3b. soft-capping of the allowed logits (blocked ones stay -inf), after the finiteness checks above.
             if (p.softcap != 0) soft_cap_any_count(s, nbj * nr, static_cast<T>(p.softcap));
 
+            // 3c. the bias, one addition per allowed logit after the cap; a -inf bias blocks its key (the logit
+            // becomes -inf whatever it was); the sum of two finite numbers may still overflow.
+            if (p.bias)
+                for (Index rr = 0; rr < nr && jq * nr + rr < rows; ++rr) {
+                    const Index i = jq * nr + rr;
+                    const Index begin = std::clamp<Index>(w.row_begin[i] - k0, 0, nbj);
+                    const Index end = std::clamp<Index>(w.row_end[i] - k0, begin, nbj);
+                    for (Index c = begin; c < end; ++c) {
+                        const Index j = w.keys[k0 + c];
+                        if (!p.mask_allows(b, i0 + i, j)) continue;
+                        T& x = s[c * nr + rr];
+                        const T bias = p.bias_at(b, i0 + i, j);
+                        x = bias == neg_inf ? neg_inf : x + bias;
+                        if (options.check_finite && !std::isfinite(x) && bias != neg_inf)
+                            throw_overflow(p.function, "a logit plus its bias", p.batch_index_string(b), i0 + i,
+                                           p.shapes);
+                    }
+                }
+
             // 4. online softmax: s^T becomes p^T; acc and l are rescaled to the new max.
             online_softmax_any_width(s, nbj, nr, w.row_max.data() + jq * nr, w.row_sum.data() + jq * nr, accj,
                                      L.Dv_pad);
@@ -396,7 +415,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
                     const Index begin = std::clamp<Index>(w.row_begin[i] - k0, 0, nbj);
                     const Index end = std::clamp<Index>(w.row_end[i] - k0, begin, nbj);
                     for (Index c = begin; c < end; ++c) {
-                        if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[k0 + c])) continue;
+                        if ((p.allowed_mask || p.bias) && !p.allowed(b, i0 + i, w.keys[k0 + c])) continue;
                         const T pc = s[c * nr + rr];
                         const S* vrow = p.v_row(b, w.keys[k0 + c]);
                         for (Index d = 0; d < Dv; ++d)

@@ -236,10 +236,13 @@ private:
         }
     }
 
-    bool row_is_finite(Index i, const std::vector<Index>& keys) const {
+    bool row_is_finite(Index b, Index i, const std::vector<Index>& keys) const {
         const Index Dk = p_.Dk;
         for (Index d = 0; d < Dk; ++d)
             if (!std::isfinite(qd_[i * Dk + d])) return false;
+        if (p_.bias)  // the keys' bias is not -inf (they are allowed): NaN and +inf propagate
+            for (Index j : keys)
+                if (!std::isfinite(p_.bias_at(b, i, j))) return false;
         return std::all_of(keys.begin(), keys.end(), [&](Index j) { return key_finite_[static_cast<std::size_t>(j)] != 0; });
     }
 
@@ -257,7 +260,32 @@ private:
         // a logit before the cap leaves the double-double path's [-2^1000, 2^1000] (the row is then done in MPFR).
         std::vector<double> raw_lo, raw_up;
         bool raw_in_range = true;
+        // With SdpaProblem::bias (section 2c): s, s_dd and logit_self are of the biased logits; pre_up bounds the
+        // logit before the bias, |x_j| (capped with a cap), and is empty without a bias.
+        std::vector<double> pre_up;
     };
+
+    // Section 2c: the bias b_j added to the (capped) logit, exactly as the kernel's input holds it (widened exactly
+    // to double): in double-double (within kDdOp of the sum and 2^-1070) or MPFR (within u_mp of it).
+    void add_bias(RowLogits& L, Index b, Index i, const std::vector<Index>& keys, bool fast) const {
+        const std::size_t n = keys.size();
+        L.pre_up.resize(n);
+        for (std::size_t c = 0; c < n; ++c) {
+            const double bias = static_cast<double>(p_.bias_at(b, i, keys[c]));
+            const double x_hi = fast ? L.s_dd[c].hi : static_cast<double>(L.s[c]);
+            L.pre_up[c] = round_up(std::fabs(static_cast<Wide>(x_hi)) * (1 + 0x1p-52L) + L.logit_self[c]);
+            if (fast) {
+                L.s_dd[c] = dd_add(L.s_dd[c], {bias, 0.0});
+                L.logit_self[c] = round_up(L.logit_self[c] + kDdOp * std::fabs(static_cast<Wide>(L.s_dd[c].hi)) *
+                                                                 (1 + 0x1p-50L) + 0x1p-1070L);
+            } else {
+                L.s[c] += Real(bias);
+                L.logit_self[c] = round_up(L.logit_self[c] +
+                                           u_mp_ * std::fabs(static_cast<Wide>(static_cast<double>(L.s[c]))) *
+                                               (1 + 0x1p-50L));
+            }
+        }
+    }
 
     // Section 2b: the capped logits c tanh(s_j / c) in place of s_j, and the oracle's own error of them: that of the
     // quotient y_j = s_j / c (s_j's own and the division's, u_mp or kDdOp relative) times tanh's largest slope where
@@ -297,17 +325,27 @@ private:
         }
     }
 
-    // Sections 2, 2b and 11: the implementation's error a_j of logit c of the row, and an upper bound of |s_j| (the
-    // capped logit's with a cap), from the section-2 rounding constants lr.
+    // Sections 2, 2b, 2c and 11: the implementation's error a_j of logit c of the row, and an upper bound of |s_j| (the
+    // capped and biased logit's with a cap and a bias), from the section-2 rounding constants lr.
     double implementation_logit(const LogitRounding& lr, const RowLogits& L, std::size_t c, bool fast,
                                 double& abs_s) const {
         const double s_c = fast ? L.s_dd[c].hi : static_cast<double>(L.s[c]);
         abs_s = std::fabs(s_c) * (1 + 0x1p-52) + L.logit_self[c];
         const double a = logit_bound(lr, L.flushed[c], L.abs_dot[c], L.abs_sum[c]);
-        if (L.raw_up.empty()) return storage_logit(a, abs_s);
-        // The kernel may round its logit to storage before the cap, after it, or both (section 11): both charged.
-        const CapRounding cr = cap_rounding(p_.softcap, model_, u_, u_storage_, std::numeric_limits<C>::min());
-        return storage_logit(capped_logit_bound(cr, storage_logit(a, L.raw_up[c]), L.raw_lo[c], L.raw_up[c]), abs_s);
+        if (L.raw_up.empty() && L.pre_up.empty()) return storage_logit(a, abs_s);
+        // d: the error of the logit before the bias, the scale's roundings charged per key (sections 2b, 2c). The
+        // kernel may round its logit to storage before the cap or the bias, after them, or both (section 11): all
+        // charged.
+        double d;
+        if (!L.raw_up.empty()) {
+            const CapRounding cr = cap_rounding(p_.softcap, model_, u_, u_storage_, std::numeric_limits<C>::min());
+            d = capped_logit_bound(cr, storage_logit(a, L.raw_up[c]), L.raw_lo[c], L.raw_up[c]);
+        } else {
+            d = per_key_scale_bound(storage_logit(a, L.pre_up[c]), L.pre_up[c], scale_gamma(model_, u_, u_storage_));
+        }
+        if (L.pre_up.empty()) return storage_logit(d, abs_s);
+        return storage_logit(
+            biased_logit_bound(storage_logit(d, L.pre_up[c]), abs_s, u_, std::numeric_limits<C>::min()), abs_s);
     }
 
     // The bound's parameters for one row (sections 3-4): the implementation's and the oracle's own.
@@ -368,11 +406,11 @@ private:
     void run_row(Index b, Index i, const std::vector<Index>& keys, bool fast) {
         row_ratio_ = 0;
         if (stat_) out_.row_stat_sigma.data()[b * p_.Tq + i] = 0;  // until output_row says otherwise (a redone row too)
-        if (!row_is_finite(i, keys)) {
+        if (!row_is_finite(b, i, keys)) {
             fill_row(b, i, std::numeric_limits<double>::quiet_NaN());  // NaN/Inf inputs propagate (check_finite off)
             return;
         }
-        const RowLogits L = logits(i, keys, fast);                   // section 2 (and 5)
+        const RowLogits L = logits(b, i, keys, fast);                   // section 2 (and 5)
         ExactSoftmax<Real> sm;
         if (fast) {
             const auto in_range = [](const DoubleDouble& s) { return std::fabs(s.hi) <= 0x1p1000; };  // false for NaN
@@ -426,7 +464,7 @@ private:
     // Logits of row i from the exact inputs, with the oracle's own error (section 5): Dot2 on the fast path
     // (Ogita, Rump, Oishi 2005, Prop. 5.5, doubled, plus the product by the scale in double-double and its
     // underflow), MPFR otherwise.
-    RowLogits logits(Index i, const std::vector<Index>& keys, bool fast) const {
+    RowLogits logits(Index b, Index i, const std::vector<Index>& keys, bool fast) const {
         const Index Dk = p_.Dk;
         const std::size_t n = keys.size();
         const double abs_scale = std::fabs(p_.scale);
@@ -483,6 +521,7 @@ private:
             }
         }
         if (p_.softcap != 0) cap_logits(L, fast);
+        if (p_.bias) add_bias(L, b, i, keys, fast);  // section 2c
         return L;
     }
 

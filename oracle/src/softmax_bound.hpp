@@ -262,6 +262,21 @@ inline double capped_self_error(double self, double s_lo, double s_up, double ca
     return round_up(sech2_up((static_cast<Wide>(s_lo) - dy) / cap) * dy + rest);
 }
 
+// ---- section 2c: additive bias (SdpaOptions::bias) ----------------------------------------------------------------
+
+// d_j of a logit without a cap that a bias is added to: section 2's a_j (|s_j| <= s_up) with the scale's roundings
+// gamma_r (scale_gamma) charged per key, since they no longer factor out of the row: a_j + gamma_r (|s_j| + a_j).
+inline double per_key_scale_bound(double a, double s_up, double gamma_r) {
+    return round_up((static_cast<Wide>(a) + gamma_r * (static_cast<Wide>(s_up) + a)) * kBoundInflation);
+}
+
+// a''_j, the error of a biased logit fl(x_hat_j + b_j): d_j (the error of x_hat_j) plus one addition in T, u relative
+// to the computed sum, |t_j| <= t_up, plus eta (the smallest normal number of T) for a kernel that flushes a
+// subnormal sum: d_j + u (t_up + d_j) + eta.
+inline double biased_logit_bound(double d, double t_up, double u, double eta) {
+    return round_up((static_cast<Wide>(d) + u * (static_cast<Wide>(t_up) + d) + eta) * kBoundInflation);
+}
+
 // ---- sections 0 and 5: the row's exact softmax and weighted sum, in Real ------------------------------------------
 
 // Weights p_j = exp(s_j - m) / W over the row's n keys, with what the bound needs of them.

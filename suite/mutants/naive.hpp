@@ -3,6 +3,7 @@
 //
 // Per batch element b (flat over the broadcast batch dims), with the validated problem p:
 //   1. scores  s (Tq, Tk) = scale * q k^T                 (naive dot products in T), soft-capped (options.softcap)
+//              and biased (options.bias, added after the cap)
 //   2. mask    s[i, j] = -inf where query i may not read key j
 //   3. softmax over keys, per row: max, exp(s - max), sum, divide
 //   4. mix     out (Tq, Dv) = w (Tq, Tk) @ v (Tk, Dv), over the allowed keys only
@@ -32,6 +33,8 @@ struct Steps {
     // logits, as kernels/ does) are Unsupported on a capped case: their mistake is elsewhere, and a kernel that ignored
     // the cap would be caught for that instead.
     bool soft_caps = false;
+    // The same for SdpaOptions::bias: custom steps that add it themselves.
+    bool adds_bias = false;
     // After everything: the whole output (batch..., Tq, Dv), for mutants that scramble it.
     std::function<void(const SdpaProblem<T>&, T* output)> post;
 };
@@ -86,6 +89,14 @@ void cap_scores(const SdpaProblem<T>& p, std::vector<T>& s) {
     for (T& x : s) x = c * std::tanh(x / c);
 }
 
+// 1c. the bias (SdpaOptions::bias), added after the cap, before the mask (a -inf bias is blocked by the mask).
+template <class T>
+void bias_scores(const SdpaProblem<T>& p, Index b, std::vector<T>& s) {
+    if (!p.bias) return;
+    for (Index i = 0; i < p.Tq; ++i)
+        for (Index j = 0; j < p.Tk; ++j) s[static_cast<std::size_t>(i * p.Tk + j)] += p.bias_at(b, i, j);
+}
+
 template <class T>
 T default_scale(const SdpaProblem<T>& p) {
     return static_cast<T>(p.scale);
@@ -95,6 +106,7 @@ template <class T>
 void correct_weights(const SdpaProblem<T>& p, Index b, const SdpaOptions&, std::vector<T>& w) {
     w = scores(p, b, default_scale(p));
     cap_scores(p, w);
+    bias_scores(p, b, w);
     mask_scores(p, b, w);
     softmax_rows(w, p.Tq, p.Tk);
 }
@@ -117,6 +129,8 @@ SdpaResult<T> run(const std::string& name, TensorView<const T> q, TensorView<con
                   std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options, Steps<T> steps) {
     if (options.softcap != 0 && (steps.weights || steps.mix) && !steps.soft_caps)
         throw Unsupported(name + " does not soft-cap its logits (SdpaOptions::softcap)");
+    if (options.bias && (steps.weights || steps.mix) && !steps.adds_bias)
+        throw Unsupported(name + " does not add a bias to its logits (SdpaOptions::bias)");
     if (!steps.weights) steps.weights = correct_weights<T>;
     if (!steps.mix) steps.mix = correct_mix<T>;
     const SdpaProblem<T> p = make_sdpa_problem<T>(name, q, k, v, allowed_mask, options);

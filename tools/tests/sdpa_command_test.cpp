@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -219,4 +220,45 @@ TEST_CASE("attn sdpa, oracle and check apply the softcap they are given", "[cli]
         CHECK(refused.exit_code == 2);
         CHECK(refused.stderr_text.find("softcap must be 0 (off) or a positive number") != std::string::npos);
     }
+}
+
+TEST_CASE("attn sdpa, oracle and check add the bias they are given", "[cli][bias]") {
+    const Scratch scratch;
+    write_worked_example<double>(scratch);
+    const std::string inputs = " --q '" + (scratch / "q.npy") + "' --k '" + (scratch / "k.npy") + "' --v '" +
+                               (scratch / "v.npy") + "'";
+    // A (Tk) bias broadcast over the queries: key 2 blocked, key 1 raised by 1. Query 0's logits (1, 0, 1) / 2 become
+    // (0.5, 1, -inf): its output is w0 (10, 0) + w1 (0, 10), w0 = e^0.5 / (e^0.5 + e).
+    const double inf = std::numeric_limits<double>::infinity();
+    npy::write_file<double>(scratch / "bias.npy", Tensor<double>({3}, {0, 1, -inf}).view());
+    const std::string bias = " --bias '" + (scratch / "bias.npy") + "'";
+    const double w0 = std::exp(0.5) / (std::exp(0.5) + std::exp(1.0)), w1 = 1 - w0;
+    for (const char* backend : {"tiled", "reference"}) {
+        const Run biased = run_attn(scratch, worked_example_args(scratch) + bias + " --backend " + backend);
+        INFO(biased.stderr_text);
+        REQUIRE(biased.exit_code == 0);
+        const auto out = npy::to_tensor<double>(npy::read_file(scratch / "out.npy"), "out.npy");
+        CHECK(out[0] == Approx(10 * w0).epsilon(1e-14));
+        CHECK(out[1] == Approx(10 * w1).epsilon(1e-14));
+        const std::string check = "check" + inputs + " --model " + backend + " --candidate '" + (scratch / "out.npy") + "'";
+        CHECK(run_attn(scratch, check + bias).exit_code == 0);
+        CHECK(run_attn(scratch, check).exit_code == 1);
+    }
+    const Run oracle = run_attn(scratch, "oracle" + inputs + bias + " --out '" + (scratch / "exact.npy") + "'");
+    REQUIRE(oracle.exit_code == 0);
+    const auto exact = npy::to_tensor<double>(npy::read_file(scratch / "exact.npy"), "exact.npy");
+    CHECK(exact[0] == Approx(10 * w0).epsilon(1e-15));
+    // Bad biases: exit 2, naming the bias.
+    npy::write_file<float>(scratch / "bias32.npy", Tensor<float>({3}, {0, 0, 0}).view());
+    const Run dtype = run_attn(scratch, worked_example_args(scratch) + " --bias '" + (scratch / "bias32.npy") + "'");
+    CHECK(dtype.exit_code == 2);
+    CHECK(dtype.stderr_text.find("the bias must have the dtype of q, k and v") != std::string::npos);
+    npy::write_file<double>(scratch / "bias4.npy", Tensor<double>({4}, {0, 0, 0, 0}).view());
+    const Run shape = run_attn(scratch, worked_example_args(scratch) + " --bias '" + (scratch / "bias4.npy") + "'");
+    CHECK(shape.exit_code == 2);
+    CHECK(shape.stderr_text.find("bias [4] does not broadcast to the scores") != std::string::npos);
+    npy::write_file<double>(scratch / "bias_nan.npy", Tensor<double>({3}, {0, std::nan(""), 0}).view());
+    const Run nan = run_attn(scratch, worked_example_args(scratch) + " --bias '" + (scratch / "bias_nan.npy") + "'");
+    CHECK(nan.exit_code == 2);
+    CHECK(nan.stderr_text.find("bias [1,3,3] holds nan") != std::string::npos);
 }

@@ -3,6 +3,8 @@
 
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <variant>
 
 #include "attn/half.hpp"
 #include "attn/mask.hpp"
@@ -23,6 +25,30 @@ enum class Backend {
     Tiled,      // online softmax over key blocks, never a Tq x Tk matrix (return_weights: reference runs instead)
 };
 
+// An additive bias for the logits (PyTorch's float attn_mask): a view of a tensor of the inputs' dtype, broadcastable
+// (NumPy rules) to the scores (batch..., Tq, Tk). It holds no data: the tensor must outlive the call.
+class Bias {
+public:
+    using View = std::variant<TensorView<const float>, TensorView<const double>, TensorView<const float16>,
+                              TensorView<const bfloat16>>;
+    template <class T>
+    Bias(TensorView<T> view) : view_(TensorView<const std::remove_const_t<T>>(view)) {}
+    template <class T>
+    Bias(const Tensor<T>& tensor) : view_(tensor.view()) {}
+    template <class T>
+    Bias(Tensor<T>&&) = delete;  // a temporary tensor would be gone before the call reads it
+
+    const View& view() const { return view_; }
+    // The view when its dtype is T, else nullptr.
+    template <class T>
+    const TensorView<const T>* get() const { return std::get_if<TensorView<const T>>(&view_); }
+    Shape shape() const;
+    const char* dtype_name() const;  // "float32", "float64", "float16", "bfloat16"
+
+private:
+    View view_;
+};
+
 const char* to_string(EmptyRowPolicy policy);
 const char* to_string(Backend backend);
 
@@ -39,6 +65,12 @@ struct SdpaOptions {
     // 0). 0 = off. It must be 0 or finite and, in the type the logits are computed in, at least its smallest normal
     // number: ConfigError otherwise.
     double softcap = 0;
+    // Additive bias (PyTorch's float attn_mask, of q's dtype, broadcastable to (batch..., Tq, Tk)): added to every
+    // logit after the scaling and the soft-capping, before the masks: s' = softcap * tanh(s / softcap) + bias (or
+    // s + bias without a cap). A -inf entry blocks its key exactly like a false in allowed_mask (weight exactly 0; a
+    // row blocked everywhere is an empty row); both may be given. Every other entry a query reads must be finite
+    // (ValueError under check_finite). Another dtype is a ConfigError, a shape that does not broadcast a ShapeError.
+    std::optional<Bias> bias;
     EmptyRowPolicy empty_rows = EmptyRowPolicy::Throw;
     bool check_finite = true;     // ValueError on a NaN/Inf at a readable position
     bool return_weights = false;

@@ -27,7 +27,8 @@ struct TiledKernelInfo {
     Index key_block;            // keys per online-softmax step
     double exp_max_ulps;        // Highway Exp: max error in ulps of the result (its documented table)
     // SdpaOptions::softcap: after step 1, s_j = fl(fl(cap) * Tanh(fl(s_j * fl(1 / fl(cap))))) for allowed keys,
-    // Highway's Tanh within tanh_max_ulps.
+    // Highway's Tanh within tanh_max_ulps. SdpaOptions::bias: then s_j = fl(s_j + bias_j), one addition per allowed
+    // key (oracle/BOUNDS.md section 2c).
     double tanh_max_ulps;
     bool scale_folded_into_q;   // false: the scale multiplies the rounded dot product, as in `reference`
     // Steps 4 and 5: each key block's sums (of p_j and of p_j v_j) are formed apart from the running l and acc and

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,17 +29,29 @@ struct SdpaProblem {
     std::optional<TensorView<const bool>> allowed_mask;  // broadcast to batch_shape + (Tq, Tk)
     PositionRule positions;  // the causal rule and the sliding window
     double softcap = 0;      // SdpaOptions::softcap, checked: 0 (off) or a normal number of compute_t<T>
-    std::vector<Index> q_offset, k_offset, v_offset, mask_offset;  // per flat batch index
+    std::optional<TensorView<const T>> bias;  // SdpaOptions::bias broadcast to batch_shape + (Tq, Tk)
+    Index bias_row_stride = 0, bias_key_stride = 0;
+    std::vector<Index> q_offset, k_offset, v_offset, mask_offset, bias_offset;  // per flat batch index
 
     const T* q_row(Index b, Index i) const { return q.data() + q_offset[b] + i * q.stride(-2); }
     const T* k_row(Index b, Index j) const { return k.data() + k_offset[b] + j * k.stride(-2); }
     const T* v_row(Index b, Index j) const { return v.data() + v_offset[b] + j * v.stride(-2); }
 
-    // Whether query i of batch element b may read key j (explicit mask, causal rule and window together).
-    bool allowed(Index b, Index i, Index j) const {
-        if (positions.restricts() && !positions.allows(i, j, Tq, Tk)) return false;
+    // The bias of (query i, key j) of batch element b, widened exactly to the compute type (only with a bias).
+    compute_t<T> bias_at(Index b, Index i, Index j) const {
+        return static_cast<compute_t<T>>(bias->data()[bias_offset[b] + i * bias_row_stride + j * bias_key_stride]);
+    }
+    // Whether the explicit allowed_mask (if any) lets query i of batch element b read key j.
+    bool mask_allows(Index b, Index i, Index j) const {
         if (!allowed_mask) return true;
         return allowed_mask->data()[mask_offset[b] + i * allowed_mask->stride(-2) + j * allowed_mask->stride(-1)];
+    }
+    // Whether query i of batch element b may read key j: the causal rule and the window, the explicit mask, and a
+    // bias that is not -inf, together.
+    bool allowed(Index b, Index i, Index j) const {
+        if (positions.restricts() && !positions.allows(i, j, Tq, Tk)) return false;
+        if (!mask_allows(b, i, j)) return false;
+        return !bias || bias_at(b, i, j) != -std::numeric_limits<compute_t<T>>::infinity();
     }
 
     // Shape of the output (batch..., Tq, Dv) and of the weights (batch..., Tq, Tk).
@@ -115,6 +128,11 @@ void check_tiled_blocks(const std::string& function, Index query_block, Index ke
 // smallest normal number, so that its rounding is relative (oracle/BOUNDS.md section 2): ConfigError otherwise.
 template <class T>
 void check_softcap(const std::string& function, double softcap, const std::string& shapes);
+// SdpaOptions::bias: of the inputs' dtype T (ConfigError otherwise) and broadcastable to the scores `target` =
+// (batch..., Tq, Tk) (ShapeError otherwise); the view broadcast to them.
+template <class T>
+TensorView<const T> broadcast_bias_to_scores(const std::string& function, const Bias& bias, const Shape& target,
+                                             const std::string& shapes);
 // A sliding window's sides are -1 (unbounded) or >= 0: ConfigError naming the window otherwise.
 void check_window(const std::string& function, const SlidingWindow& window, const std::string& shapes);
 // The positional rule of the options (SdpaOptions, MhaOptions), its window checked.
