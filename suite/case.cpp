@@ -21,6 +21,8 @@ CaseConfig config_of(const SdpaCase& c, const std::string& impl) {
     config.mask_stride0 = c.mask_stride0;
     config.window = c.options.window;
     if (c.options.softcap != 0) config.softcap = c.options.softcap;
+    config.bias = c.bias_kind;
+    config.alibi = c.alibi_kind;
     config.kv_heads = c.kv_heads;
     config.dtype = c.dtype;
     config.values = c.distribution;
@@ -42,6 +44,27 @@ Tensor<T> cast_tensor(const Tensor<double>& t) {
     for (Index i = 0; i < t.numel(); ++i) r[i] = static_cast<T>(t[i]);
     return r;
 }
+
+namespace {
+
+// A view (..., H or 1, Tq or 1, Tk or 1) of rank <= 4 in the grouped-query layout (B or 1, G or 1, R or 1, Tq, Tk),
+// keeping strides: the head dim H = G R splits into (G, R).
+template <class U>
+TensorView<const U> grouped_view(TensorView<const U> m, Index G, Index R) {
+    Shape one(static_cast<std::size_t>(4 - m.rank()), 1);
+    Shape shape4 = one;
+    shape4.insert(shape4.end(), m.shape().begin(), m.shape().end());
+    Shape strides4(one.size(), 0);
+    strides4.insert(strides4.end(), m.strides().begin(), m.strides().end());
+    const TensorView<const U> m4(m.data(), shape4, strides4);
+    const Index h = m4.dim(1);
+    const Shape shape = {m4.dim(0), h == 1 ? 1 : G, h == 1 ? 1 : R, m4.dim(2), m4.dim(3)};
+    const Shape strides = {m4.stride(0), h == 1 ? 0 : m4.stride(1) * R, h == 1 ? 0 : m4.stride(1), m4.stride(2),
+                           m4.stride(3)};
+    return TensorView<const U>(m4.data(), shape, strides);
+}
+
+}  // namespace
 
 template <class T>
 CaseInputs<T> make_inputs(const SdpaCase& c) {
@@ -69,18 +92,26 @@ CaseInputs<T> make_inputs(const SdpaCase& c) {
         in.allowed_storage = *c.allowed_mask;
         TensorView<const bool> m = in.allowed_storage->view();
         if (c.mask_stride0) m = m.broadcast_to({c.B, c.H, c.Tq, c.Tk}, "suite case", "allowed_mask");
-        if (grouped) {
-            // Allowed mask (..., H or 1, Tq, Tk) -> (B or 1, G or 1, R or 1, Tq, Tk), keeping strides.
-            const TensorView<const bool> m4 = m.rank() == 4 ? m : m.broadcast_to({1, m.rank() == 3 ? m.dim(0) : 1,
-                                                                                  m.dim(-2), m.dim(-1)},
-                                                                                 "suite case", "allowed_mask");
-            const Index h = m4.dim(1);
-            const Shape shape = {m4.dim(0), h == 1 ? 1 : G, h == 1 ? 1 : R, m4.dim(2), m4.dim(3)};
-            const Shape strides = {m4.stride(0), h == 1 ? 0 : m4.stride(1) * R, h == 1 ? 0 : m4.stride(1),
-                                   m4.stride(2), m4.stride(3)};
-            m = TensorView<const bool>(m4.data(), shape, strides);
-        }
+        if (grouped) m = grouped_view(m, G, R);  // (..., H or 1, Tq, Tk) -> (B|1, G|1, R|1, Tq, Tk)
         in.allowed_view = m;
+    }
+    if (c.bias) {
+        in.bias_storage = cast_tensor<T>(*c.bias);
+        const TensorView<const T> b = in.bias_storage->view();
+        in.bias_view = grouped ? grouped_view(b, G, R) : b;
+    }
+    if (c.alibi_slopes) {
+        // (H) or (B, H) against the batch shape (B, H); (G, R) or (B, G, R) in the grouped-query layout.
+        in.alibi_storage = cast_tensor<T>(*c.alibi_slopes);
+        const TensorView<const T> s = in.alibi_storage->view();
+        if (!grouped) {
+            in.alibi_view = s;
+        } else {
+            Shape shape = s.shape();
+            shape.back() = G;
+            shape.push_back(R);
+            in.alibi_view = TensorView<const T>(s.data(), shape);
+        }
     }
     return in;
 }
@@ -184,6 +215,8 @@ std::string to_json(const CaseFile& f) {
     j["q"] = tensor_json(c.q);
     j["k"] = tensor_json(c.k);
     j["v"] = tensor_json(c.v);
+    if (c.bias) j["bias"] = {{"kind", c.bias_kind}, {"tensor", tensor_json(*c.bias)}};  // absent without one
+    if (c.alibi_slopes) j["alibi"] = {{"kind", c.alibi_kind}, {"slopes", tensor_json(*c.alibi_slopes)}};
     return j.dump(1);
 }
 
@@ -249,6 +282,14 @@ CaseFile case_from_json(const std::string& text, const std::string& origin) {
         c.q = tensor_from(j, origin, "q");
         c.k = tensor_from(j, origin, "k");
         c.v = tensor_from(j, origin, "v");
+        if (j.contains("bias")) {
+            c.bias_kind = j.at("bias").at("kind").get<std::string>();
+            c.bias = tensor_from(j.at("bias"), origin, "tensor");
+        }
+        if (j.contains("alibi")) {
+            c.alibi_kind = j.at("alibi").at("kind").get<std::string>();
+            c.alibi_slopes = tensor_from(j.at("alibi"), origin, "slopes");
+        }
         const Shape qs{c.B, c.H, c.Tq, c.Dk}, ks{c.B, c.kv_heads, c.Tk, c.Dk}, vs{c.B, c.kv_heads, c.Tk, c.Dv};
         if (c.q.shape() != qs || c.k.shape() != ks || c.v.shape() != vs)
             throw IoError("case file " + origin + ": tensor shapes q " + to_string(c.q.shape()) + ", k " +

@@ -34,7 +34,7 @@ Verdict with_dtype(Dtype dtype, F&& f) {
 template <class T>
 Tensor<T> run_impl(const Implementation& impl, const SdpaCase& c, const SdpaOptions& options) {
     const CaseInputs<T> in = make_inputs<T>(c);
-    SdpaResult<T> r = impl.run<T>(in.q_view, in.k_view, in.v_view, in.allowed_view, options);
+    SdpaResult<T> r = impl.run<T>(in.q_view, in.k_view, in.v_view, in.allowed_view, in.with_bias(options));
     const Shape expected{c.B, c.H, c.Tq, c.Dv};
     if (r.output.numel() != numel(expected))
         throw ShapeError(impl.name + ": output has shape " + to_string(r.output.shape()) + ", expected " +
@@ -54,7 +54,7 @@ oracle::Result<T> oracle_for(const Implementation& impl, const SdpaCase& c) {
     oo.model = impl.error_model;
     oo.statistical = true;  // within_bound gives the statistical verdict too (oracle/BOUNDS.md section 10)
     oracle::Result<T> r = oracle::scaled_dot_product_attention<T>(in.q_view, in.k_view, in.v_view, in.allowed_view,
-                                                                  c.options, oo);
+                                                                  in.with_bias(c.options), oo);
     const Shape out{c.B, c.H, c.Tq, c.Dv};
     r.output = std::move(r.output).reshaped(out);
     r.output_bound = std::move(r.output_bound).reshaped(out);

@@ -113,6 +113,8 @@ std::string CaseConfig::to_config() const {
     if (seed) s << ",seed=" << hex(*seed);
     if (scale) s << ",scale=" << format_number(*scale, dtype);
     if (softcap) s << ",softcap=" << format_number(*softcap, dtype);
+    if (bias != "none") s << ",bias=" << checked(bias, "bias");
+    if (alibi != "none") s << ",alibi=" << checked(alibi, "alibi");
     if (empty_rows != EmptyRowPolicy::Throw) s << ",empty_rows=" << to_string(empty_rows);
     if (!check_finite) s << ",check_finite=off";
     if (threads != 0) s << ",threads=" << threads;
@@ -214,6 +216,8 @@ CaseConfig parse_config(const std::string& text) {
         else if (key == "seed") c.seed = parse_int<std::uint64_t>(text, key, value, 16);
         else if (key == "scale") c.scale = parse_double(text, key, value);  // rounded to the dtype below
         else if (key == "softcap") c.softcap = parse_double(text, key, value);  // the same
+        else if (key == "bias") c.bias = checked(value, "bias");
+        else if (key == "alibi") c.alibi = checked(value, "alibi");
         else if (key == "empty_rows") {
             if (value == "throw") c.empty_rows = EmptyRowPolicy::Throw;
             else if (value == "zero") c.empty_rows = EmptyRowPolicy::Zero;
@@ -228,7 +232,7 @@ CaseConfig parse_config(const std::string& text) {
         else
             throw ConfigError("config string '" + text + "': unknown field '" + key +
                               "' (known: B, H, Tq, Tk, Dk, Dv, mask, window, kv_heads, dtype, values, logit_std, seed, scale, softcap, "
-                              "empty_rows, check_finite, threads, impl)");
+                              "bias, alibi, empty_rows, check_finite, threads, impl)");
     }
     for (const char* required : {"B", "H", "Tq", "Tk", "Dk", "Dv", "mask", "dtype", "impl"})
         if (!seen.count(required)) throw ConfigError("config string '" + text + "': field " + required + " is missing");
@@ -271,6 +275,8 @@ std::vector<std::string> field_values(const CaseConfig& c, const std::string& ke
     if (key == "seed") return {opt(c.seed, "", hex)};
     if (key == "scale") return {opt(c.scale, "", [&](double x) { return format_number(x, c.dtype); })};
     if (key == "softcap") return {opt(c.softcap, "0", [&](double x) { return format_number(x, c.dtype); })};
+    if (key == "bias") return {c.bias};
+    if (key == "alibi") return {c.alibi};
     if (key == "empty_rows") return {to_string(c.empty_rows)};
     if (key == "check_finite") return {c.check_finite ? "on" : "off"};
     if (key == "threads") return {std::to_string(c.threads)};

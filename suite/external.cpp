@@ -59,6 +59,9 @@ std::string unsupported_dtype() {
     return std::is_same_v<T, float> ? "float32 (not among the kernel's dtypes)" : "float64 (not among the kernel's dtypes)";
 }
 
+// Why an external kernel takes no bias: the one wording of its skip (Implementation::bias_unsupported).
+constexpr const char* no_bias_field = "an additive bias or ALiBi (the kernel ABI has neither field)";
+
 template <class T>
 SdpaResult<T> run_external(KernelProcess& kernel, TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                            std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
@@ -88,7 +91,7 @@ SdpaResult<T> run_external(KernelProcess& kernel, TensorView<const T> q, TensorV
                                   : "causal bottom-right (the kernel declares neither its flag nor bool masks)");
     }
     if (p.softcap != 0) throw Unsupported("a softcap (the kernel ABI has no soft-capping field)");
-    if (p.bias) throw Unsupported("an additive bias (the kernel ABI has no bias field)");
+    if (p.has_bias()) throw Unsupported(no_bias_field);
     if (p.positions.window) {
         if (!has_bool) throw Unsupported("a sliding window (the kernel declares no bool masks)");
         folded.window = p.positions.window;
@@ -205,6 +208,7 @@ Implementation external_implementation(std::shared_ptr<KernelProcess> kernel, co
     impl.error_model = oracle::model_by_name(info.error_model, info.key_block > 0 ? info.key_block : 64);
     if (info.exp_ulps > 0) impl.error_model.exp_ulps = info.exp_ulps;
     impl.returns_weights = info.weights;
+    impl.bias_unsupported = no_bias_field;
     if (!(info.dtypes & ATTN_KERNEL_FLOAT32)) impl.dtype_unsupported[Dtype::Float] = unsupported_dtype<float>();
     if (!(info.dtypes & ATTN_KERNEL_FLOAT64)) impl.dtype_unsupported[Dtype::Double] = unsupported_dtype<double>();
     // ABI version 1 passes float32 and float64 tensors only; its 16-bit flags are reserved.

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "attn/mask.hpp"
+#include "attn/suite/recipe.hpp"
 
 namespace attn::suite::gen {
 
@@ -389,6 +390,14 @@ rc::Gen<SdpaCase> sdpa_case(Dtype dtype, CaseSpec spec) {
         fill_values(c, values, seed);
         c.aux_seed = *rc::gen::arbitrary<std::uint64_t>();
         draw_options(c, dtype, spec);
+        if (spec.force_bias || (spec.bias && *rc::gen::weightedElement<int>({{4, 0}, {1, 1}}) == 1)) {
+            Rng bias_rng(*rc::gen::arbitrary<std::uint64_t>());
+            draw_bias(c, *rc::gen::elementOf(bias_kinds()), bias_rng);
+        }
+        if (spec.force_alibi || (spec.bias && *rc::gen::weightedElement<int>({{4, 0}, {1, 1}}) == 1)) {
+            Rng alibi_rng(*rc::gen::arbitrary<std::uint64_t>());
+            draw_alibi(c, *rc::gen::elementOf(alibi_kinds()), alibi_rng);
+        }
         return c;
     });
 }

@@ -39,6 +39,13 @@ struct CaseSpec {
     // whose statement is about the plain logits); force_softcap: every case does.
     bool softcap = true;
     bool force_softcap = false;
+    // The additive bias (SdpaOptions::bias, attn/suite/recipe.hpp's kinds): with bias, one case in five carries one
+    // and, independently, one in five ALiBi slopes; force_bias / force_alibi: every case does. Off by default: a
+    // property that moves keys, queries or heads must move the bias with them, so each property that holds with a
+    // bias says so.
+    bool bias = false;
+    bool force_bias = false;
+    bool force_alibi = false;
 };
 
 // The special-value float generator (RapidCheck's gen::arbitrary<double> yields no NaN, Inf, subnormal or -0):

@@ -7,6 +7,7 @@
 
 #include "attn/error.hpp"
 #include "attn/mask.hpp"
+#include "attn/sdpa.hpp"
 #include "attn/suite/rng.hpp"
 #include "generators.hpp"
 
@@ -127,6 +128,64 @@ void draw_mask(SdpaCase& c, const CaseConfig& config, Rng& rng) {
 
 }  // namespace
 
+const std::vector<std::string>& bias_kinds() {
+    static const std::vector<std::string> kinds = {"normal", "large", "alibi", "keys", "rows"};
+    return kinds;
+}
+
+void draw_bias(SdpaCase& c, const std::string& kind, Rng& rng) {
+    c.bias_kind = kind;
+    const Dtype d = c.dtype;
+    if (kind == "none") {
+        c.bias.reset();
+    } else if (kind == "normal") {
+        c.bias = filled(d, {c.B, c.H, c.Tq, c.Tk}, [&] { return 2 * recipe_normal(rng); });
+    } else if (kind == "large") {
+        c.bias = filled(d, {c.B, c.H, c.Tq, c.Tk}, [&] { return rng.uniform(-1000.0, 1000.0); });
+    } else if (kind == "alibi") {
+        Tensor<double> t({c.H, c.Tq, c.Tk});
+        for (Index h = 0; h < c.H; ++h) {
+            const double slope = std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(c.H));
+            for (Index i = 0; i < c.Tq; ++i)
+                for (Index j = 0; j < c.Tk; ++j)
+                    t[(h * c.Tq + i) * c.Tk + j] =
+                        gen::round_to(d, -slope * std::fabs(static_cast<double>(i + c.Tk - c.Tq - j)));
+        }
+        c.bias = std::move(t);
+    } else if (kind == "keys") {
+        c.bias = filled(d, {c.B, 1, 1, c.Tk}, [&] { return 2 * recipe_normal(rng); });
+    } else if (kind == "rows") {
+        c.bias = filled(d, {c.Tq, 1}, [&] { return 10 * recipe_normal(rng); });
+    } else {
+        std::string known = "none";
+        for (const std::string& k : bias_kinds()) known += ", " + k;
+        throw ConfigError("suite case: no bias kind '" + kind + "' (known: " + known + ")");
+    }
+}
+
+const std::vector<std::string>& alibi_kinds() {
+    static const std::vector<std::string> kinds = {"heads", "batch"};
+    return kinds;
+}
+
+void draw_alibi(SdpaCase& c, const std::string& kind, Rng& rng) {
+    c.alibi_kind = kind;
+    if (kind == "none") {
+        c.alibi_slopes.reset();
+    } else if (kind == "heads") {
+        const std::vector<double> standard = alibi_slopes(c.H);
+        Tensor<double> t({c.H});
+        for (Index h = 0; h < c.H; ++h) t[h] = gen::round_to(c.dtype, standard[static_cast<std::size_t>(h)]);
+        c.alibi_slopes = std::move(t);
+    } else if (kind == "batch") {
+        c.alibi_slopes = filled(c.dtype, {c.B, c.H}, [&] { return std::exp2(rng.uniform(-8.0, 1.0)); });
+    } else {
+        std::string known = "none";
+        for (const std::string& k : alibi_kinds()) known += ", " + k;
+        throw ConfigError("suite case: no ALiBi kind '" + kind + "' (known: " + known + ")");
+    }
+}
+
 SdpaCase make_case(const CaseConfig& config) {
     if (!config.seed)
         no_recipe(config, "has no seed, so its values are not named by it (a property generator's case: replay its "
@@ -153,6 +212,8 @@ SdpaCase make_case(const CaseConfig& config) {
     Rng rng(*config.seed);
     draw_values(c, rng);
     draw_mask(c, config, rng);
+    draw_bias(c, config.bias, rng);
+    draw_alibi(c, config.alibi, rng);
     return c;
 }
 

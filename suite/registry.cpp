@@ -66,10 +66,13 @@ TensorView<T> merge_dims_1_2(TensorView<T> x, const std::string& name) {
     return TensorView<T>(x.data(), {x.dim(0), g * r, x.dim(3), x.dim(4)}, {x.stride(0), stride, x.stride(3), x.stride(4)});
 }
 
+// Why the head path takes no bias (Implementation::bias_unsupported), the one wording of its skip.
+constexpr const char* mha_no_bias = "an additive bias or ALiBi (the multi-head module's head path takes neither)";
+
 template <class T>
 SdpaResult<T> run_mha_path(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                            std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
-    if (o.bias) throw Unsupported("an additive bias (the multi-head module's head path takes none)");
+    if (o.bias || o.alibi_slopes) throw Unsupported(mha_no_bias);
     if (m) m = merge_dims_1_2(*m, "allowed_mask");
     return detail::mha_sdpa_path(merge_dims_1_2(q, "q"), merge_dims_1_2(k, "k"), merge_dims_1_2(v, "v"), m, o);
 }
@@ -102,10 +105,12 @@ std::vector<Implementation> build() {
     mha.run_double = run_mha_path<double>;
     mha.run_float16 = run_mha_path<float16>;
     mha.run_bfloat16 = run_mha_path<bfloat16>;
+    mha.bias_unsupported = mha_no_bias;
     all.push_back(std::move(mha));
     // Correct kernels in arithmetic the library's backends do not use, each under the error model that claims it.
     for (Implementation k : {kernels::fa2_style(), kernels::fa2_lazy(), kernels::flash_decoding()}) {
         k.returns_weights = false;
+        k.bias_unsupported = k.name + " adds no bias to its logits (SdpaOptions::bias, alibi_slopes)";
         all.push_back(std::move(k));
     }
     for (Implementation& m : mutant::all()) all.push_back(std::move(m));

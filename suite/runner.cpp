@@ -64,7 +64,8 @@ std::set<Regime> classify(const SdpaCase& c) {
     try {
         const CaseInputs<double> in = make_inputs<double>(c);
         const SdpaProblem<double> p =
-            make_sdpa_problem<double>("suite.classify", in.q_view, in.k_view, in.v_view, in.allowed_view, c.options);
+            make_sdpa_problem<double>("suite.classify", in.q_view, in.k_view, in.v_view, in.allowed_view,
+                                      in.with_bias(c.options));
         for (Index b = 0; b < p.batch; ++b)
             for (Index i = 0; i < p.Tq; ++i) {
                 Index allowed = 0, at_max = 0;
@@ -174,6 +175,12 @@ RunOutcome run_property(const Property& p, const Implementation& impl, Dtype dty
         out.passed = out.skipped_all = true;
         out.skipped[no->second] = 0;
         out.message = "skipped: " + no->second;
+        return out;
+    }
+    if (p.needs_bias && !impl.bias_unsupported.empty()) {
+        out.passed = out.skipped_all = true;
+        out.skipped[impl.bias_unsupported] = 0;
+        out.message = "skipped: " + impl.bias_unsupported;
         return out;
     }
     const rc::Gen<SdpaCase> gen = p.generator(dtype);

@@ -24,7 +24,8 @@ npy::Array read_float_file(const std::string& path, const std::string& dtype_opt
 
 AttentionFiles read_attention_files(const std::string& command, const std::string& q_path, const std::string& k_path,
                                     const std::string& v_path, const std::string& allowed_mask_path,
-                                    const std::string& dtype_option, const std::string& bias_path) {
+                                    const std::string& dtype_option, const std::string& bias_path,
+                                    const std::string& alibi_path) {
     AttentionFiles in{read_float_file(q_path, dtype_option), read_float_file(k_path, dtype_option),
                       read_float_file(v_path, dtype_option), std::nullopt};
     if (in.q.dtype != in.k.dtype || in.q.dtype != in.v.dtype)
@@ -41,13 +42,18 @@ AttentionFiles read_attention_files(const std::string& command, const std::strin
                               describe("allowed_mask", allowed_mask_path, m));
         in.allowed_mask = npy::to_tensor<bool>(m, allowed_mask_path);
     }
-    if (!bias_path.empty()) {
-        in.bias = read_float_file(bias_path, dtype_option);
-        in.bias_path = bias_path;
-        if (in.bias->dtype != d)
-            throw ConfigError(command + ": the bias must have the dtype of q, k and v: " +
-                              describe("bias", bias_path, *in.bias) + ", " + describe("q", q_path, in.q));
-    }
+    // The float inputs beside q, k and v: of their dtype.
+    const auto read_like_q = [&](const char* name, const std::string& path, std::optional<npy::Array>& into) {
+        if (path.empty()) return;
+        into = read_float_file(path, dtype_option);
+        if (into->dtype != d)
+            throw ConfigError(command + ": " + name + " must have the dtype of q, k and v: " + describe(name, path, *into) +
+                              ", " + describe("q", q_path, in.q));
+    };
+    read_like_q("bias", bias_path, in.bias);
+    in.bias_path = bias_path;
+    read_like_q("alibi_slopes", alibi_path, in.alibi_slopes);
+    in.alibi_path = alibi_path;
     return in;
 }
 

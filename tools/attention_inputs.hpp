@@ -27,22 +27,29 @@ npy::Array read_float_file(const std::string& path, const std::string& dtype_opt
 struct AttentionFiles {
     npy::Array q, k, v;
     std::optional<Tensor<bool>> allowed_mask;
-    std::optional<npy::Array> bias;  // --bias, q's dtype
-    std::string bias_path;
+    std::optional<npy::Array> bias, alibi_slopes;  // --bias, --alibi-slopes: q's dtype
+    std::string bias_path, alibi_path;
 
-    // The bias as a tensor of T (q's dtype), or none.
+    // The bias and the slopes as tensors of T (q's dtype), or none.
     template <class T>
     std::optional<Tensor<T>> bias_tensor() const {
         if (!bias) return std::nullopt;
         return npy::to_tensor<T>(*bias, bias_path);
     }
+    template <class T>
+    std::optional<Tensor<T>> alibi_tensor() const {
+        if (!alibi_slopes) return std::nullopt;
+        return npy::to_tensor<T>(*alibi_slopes, alibi_path);
+    }
 };
 
 // Reads q, k, v (one float dtype: float32, float64, float16 or bfloat16, after --dtype), the optional bool mask and
-// the optional additive bias (q's dtype); ConfigError naming `command` and every file's dtype and shape otherwise.
+// the optional additive bias and ALiBi slopes (q's dtype); ConfigError naming `command` and every file's dtype and
+// shape otherwise.
 AttentionFiles read_attention_files(const std::string& command, const std::string& q_path, const std::string& k_path,
                                     const std::string& v_path, const std::string& allowed_mask_path,
-                                    const std::string& dtype_option, const std::string& bias_path = "");
+                                    const std::string& dtype_option, const std::string& bias_path = "",
+                                    const std::string& alibi_path = "");
 
 // Calls f.template operator()<T>() with T the element type of a float dtype (float, double, float16, bfloat16).
 template <class F>

@@ -28,7 +28,7 @@ namespace {
 
 // The problem flags `attn oracle` and `attn check` share with `attn sdpa`.
 struct ProblemArgs {
-    std::string q_path, k_path, v_path, allowed_mask_path, bias_path;
+    std::string q_path, k_path, v_path, allowed_mask_path, bias_path, alibi_path;
     std::string causal;  // "", "top-left" or "bottom-right"
     std::string window, window_alignment = "bottom-right";  // --window LEFT,RIGHT
     std::optional<double> scale;
@@ -63,6 +63,7 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
     cmd->add_option("--allowed-mask", args.allowed_mask_path,
                     "Bool mask broadcastable to (..., Tq, Tk); true = the query may read the key");
     cmd->add_option("--bias", args.bias_path, bias_help);
+    cmd->add_option("--alibi-slopes", args.alibi_path, alibi_help);
     cmd->add_option("--causal", args.causal, "Causal rule: top-left (j <= i) or bottom-right (j <= i + Tk - Tq)")
         ->check(CLI::IsMember({"top-left", "bottom-right"}));
     cmd->add_option("--window", args.window,
@@ -135,7 +136,7 @@ using Inputs = AttentionFiles;
 
 Inputs read_inputs(const char* command, const ProblemArgs& args) {
     return read_attention_files(command, args.q_path, args.k_path, args.v_path, args.allowed_mask_path, args.dtype,
-                                args.bias_path);
+                                args.bias_path, args.alibi_path);
 }
 
 template <class T>
@@ -167,6 +168,8 @@ oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in, bool sta
     SdpaOptions options = sdpa_options(args);
     const std::optional<Tensor<T>> bias = in.bias_tensor<T>();  // broadcastable to (..., Tq, Tk)
     if (bias) options.bias = *bias;
+    const std::optional<Tensor<T>> slopes = in.alibi_tensor<T>();  // broadcastable to (...)
+    if (slopes) options.alibi_slopes = *slopes;
     return oracle::scaled_dot_product_attention<T>(q.view(), k.view(), v.view(), allowed_view, options, oo);
 }
 

@@ -15,7 +15,7 @@ namespace attn::cli {
 namespace {
 
 struct SdpaArgs {
-    std::string q_path, k_path, v_path, allowed_mask_path, bias_path, out_path, weights_path;
+    std::string q_path, k_path, v_path, allowed_mask_path, bias_path, alibi_path, out_path, weights_path;
     std::string causal;  // "", "top-left" or "bottom-right"
     std::string window, window_alignment = "bottom-right";  // --window LEFT,RIGHT
     std::optional<double> scale;
@@ -42,6 +42,8 @@ void run_sdpa(const SdpaArgs& args, const AttentionFiles& in) {
     options.return_weights = !args.weights_path.empty();
     const std::optional<Tensor<T>> bias = in.bias_tensor<T>();  // broadcastable to (..., Tq, Tk)
     if (bias) options.bias = *bias;
+    const std::optional<Tensor<T>> slopes = in.alibi_tensor<T>();  // broadcastable to (...)
+    if (slopes) options.alibi_slopes = *slopes;
     std::optional<TensorView<const bool>> allowed_view;
     if (in.allowed_mask) allowed_view = in.allowed_mask->view();  // broadcastable to (..., Tq, Tk)
     const SdpaResult<T> result = scaled_dot_product_attention(q.view(), k.view(), v.view(), allowed_view, options);
@@ -52,7 +54,7 @@ void run_sdpa(const SdpaArgs& args, const AttentionFiles& in) {
 int sdpa_command(const SdpaArgs& args) {
     const AttentionFiles in =
         read_attention_files("sdpa", args.q_path, args.k_path, args.v_path, args.allowed_mask_path, args.dtype,
-                             args.bias_path);
+                             args.bias_path, args.alibi_path);
     with_float_type(in.q.dtype, [&]<class T>() { run_sdpa<T>(args, in); });
     return 0;
 }
@@ -68,6 +70,7 @@ Action add_sdpa_command(CLI::App& app) {
     sdpa->add_option("--allowed-mask", args->allowed_mask_path,
                      "Bool mask broadcastable to (..., Tq, Tk); true = the query may read the key");
     sdpa->add_option("--bias", args->bias_path, bias_help);
+    sdpa->add_option("--alibi-slopes", args->alibi_path, alibi_help);
     sdpa->add_option("--causal", args->causal, "Causal rule: top-left (j <= i) or bottom-right (j <= i + Tk - Tq)")
         ->check(CLI::IsMember({"top-left", "bottom-right"}));
     sdpa->add_option("--window", args->window,

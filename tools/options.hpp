@@ -70,4 +70,9 @@ inline constexpr const char* bias_help =
     "Additive bias (PyTorch's float attn_mask): a .npy of q's dtype broadcastable to (..., Tq, Tk), added to each "
     "logit after the scale and the soft-capping; -inf blocks the key like false in the mask";
 
+// --alibi-slopes's help, for every command that takes it.
+inline constexpr const char* alibi_help =
+    "ALiBi slopes (FlashAttention's alibi_slopes): a .npy of q's dtype broadcastable to the batch dims, (H) or (B, H); "
+    "each logit gets -slope * |i + Tk - Tq - j|, added with the bias";
+
 }  // namespace attn::cli

@@ -96,9 +96,9 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     if (options.window) check_window(function, *options.window, shapes);
     check_softcap<compute_t<T>>(function, options.softcap, shapes);
     // The module has no additive bias (MhaOptions): refused rather than dropped.
-    if (options.bias)
-        throw ConfigError(function + ": the multi-head module's head path takes no additive bias; call "
-                          "scaled_dot_product_attention with SdpaOptions::bias" + shapes);
+    if (options.bias || options.alibi_slopes)
+        throw ConfigError(function + ": the multi-head module's head path takes no additive bias or ALiBi slopes; "
+                          "call scaled_dot_product_attention with SdpaOptions::bias or alibi_slopes" + shapes);
     if (H == 0 || B == 0) {  // no heads or no batch: SDPA's answer is empty too
         SdpaResult<T> empty{Tensor<T>(output_shape), std::nullopt};
         if (options.return_weights) empty.weights = Tensor<T>(weights_shape);

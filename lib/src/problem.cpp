@@ -15,10 +15,11 @@ namespace attn {
 namespace {
 
 std::string shapes_of(const TensorView<const bool>* m, const Shape& q, const Shape& k, const Shape& v,
-                      const std::optional<Bias>& bias) {
+                      const std::optional<FloatView>& bias, const std::optional<FloatView>& slopes) {
     std::string s = "q " + to_string(q) + ", k " + to_string(k) + ", v " + to_string(v);
     if (m) s += ", allowed_mask " + to_string(m->shape());
     if (bias) s += ", bias " + to_string(bias->shape());
+    if (slopes) s += ", alibi_slopes " + to_string(slopes->shape());
     return s;
 }
 
@@ -154,7 +155,7 @@ void check_window(const std::string& function, const SlidingWindow& window, cons
 }
 
 template <class T>
-TensorView<const T> broadcast_bias_to_scores(const std::string& function, const Bias& bias, const Shape& target,
+TensorView<const T> broadcast_bias_to_scores(const std::string& function, const FloatView& bias, const Shape& target,
                                              const std::string& shapes) {
     const TensorView<const T>* view = bias.get<T>();
     if (!view)
@@ -171,13 +172,39 @@ TensorView<const T> broadcast_bias_to_scores(const std::string& function, const 
     }
 }
 
-template TensorView<const float> broadcast_bias_to_scores<float>(const std::string&, const Bias&, const Shape&,
+template <class T>
+TensorView<const T> broadcast_alibi_slopes(const std::string& function, const FloatView& slopes,
+                                           const Shape& batch_shape, const std::string& shapes) {
+    const TensorView<const T>* view = slopes.get<T>();
+    if (!view)
+        throw ConfigError(function + ": alibi_slopes has dtype " + slopes.dtype_name() + " but q, k and v have dtype " +
+                          dtype_of<T>() + "; give the slopes in the inputs' dtype" + shapes);
+    try {
+        if (view->rank() > static_cast<Index>(batch_shape.size())) throw ShapeError("");
+        return view->broadcast_to(batch_shape, function, "alibi_slopes");
+    } catch (const ShapeError&) {
+        throw ShapeError(function + ": alibi_slopes " + to_string(view->shape()) +
+                         " does not broadcast to the batch shape " + to_string(batch_shape) +
+                         " (one slope per batch element, e.g. (H) or (B, H) for q (B, H, Tq, Dk))" + shapes);
+    }
+}
+
+template TensorView<const float> broadcast_alibi_slopes<float>(const std::string&, const FloatView&, const Shape&,
+                                                               const std::string&);
+template TensorView<const double> broadcast_alibi_slopes<double>(const std::string&, const FloatView&, const Shape&,
                                                                  const std::string&);
-template TensorView<const double> broadcast_bias_to_scores<double>(const std::string&, const Bias&, const Shape&,
+template TensorView<const float16> broadcast_alibi_slopes<float16>(const std::string&, const FloatView&, const Shape&,
                                                                    const std::string&);
-template TensorView<const float16> broadcast_bias_to_scores<float16>(const std::string&, const Bias&, const Shape&,
+template TensorView<const bfloat16> broadcast_alibi_slopes<bfloat16>(const std::string&, const FloatView&,
+                                                                     const Shape&, const std::string&);
+
+template TensorView<const float> broadcast_bias_to_scores<float>(const std::string&, const FloatView&, const Shape&,
+                                                                 const std::string&);
+template TensorView<const double> broadcast_bias_to_scores<double>(const std::string&, const FloatView&, const Shape&,
+                                                                   const std::string&);
+template TensorView<const float16> broadcast_bias_to_scores<float16>(const std::string&, const FloatView&, const Shape&,
                                                                      const std::string&);
-template TensorView<const bfloat16> broadcast_bias_to_scores<bfloat16>(const std::string&, const Bias&, const Shape&,
+template TensorView<const bfloat16> broadcast_bias_to_scores<bfloat16>(const std::string&, const FloatView&, const Shape&,
                                                                        const std::string&);
 
 template <class T>
@@ -278,11 +305,11 @@ std::string read_position_reason(const std::string& shapes) {
 
 // ---------------------------------------------------------------------------------------------- the SDPA problem
 
-Shape Bias::shape() const {
+Shape FloatView::shape() const {
     return std::visit([](const auto& v) { return v.shape(); }, view_);
 }
 
-const char* Bias::dtype_name() const {
+const char* FloatView::dtype_name() const {
     return std::visit([](const auto& v) { return dtype_of<typename std::decay_t<decltype(v)>::value_type>(); }, view_);
 }
 
@@ -318,7 +345,7 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
                                  const SdpaOptions& options) {
     SdpaProblem<T> p;
     p.function = function;
-    p.shapes = shapes_of(allowed_mask ? &*allowed_mask : nullptr, q.shape(), k.shape(), v.shape(), options.bias);
+    p.shapes = shapes_of(allowed_mask ? &*allowed_mask : nullptr, q.shape(), k.shape(), v.shape(), options.bias, options.alibi_slopes);
     const std::string shapes = " (" + p.shapes + ")";
     detail::check_qkv_shapes(function, q.shape(), k.shape(), v.shape(), shapes);
     p.Tq = q.dim(-2);
@@ -345,6 +372,8 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
         p.bias_row_stride = p.bias->stride(-2);
         p.bias_key_stride = p.bias->stride(-1);
     }
+    if (options.alibi_slopes)
+        p.alibi = detail::broadcast_alibi_slopes<T>(function, *options.alibi_slopes, p.batch_shape, shapes);
     // The default 1/sqrt(Dk) is finite in every dtype; only a given scale can fail the check. The scale multiplies in
     // the compute type (float for the 16-bit storage types), so that is the type it must fit.
     detail::check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, shapes);
@@ -359,6 +388,7 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     p.v_offset = batch_offsets(p.v, br, p.batch_shape);
     if (p.allowed_mask) p.mask_offset = batch_offsets(*p.allowed_mask, br, p.batch_shape);
     if (p.bias) p.bias_offset = batch_offsets(*p.bias, br, p.batch_shape);
+    if (p.alibi) p.alibi_offset = batch_offsets(*p.alibi, br, p.batch_shape);
     return p;
 }
 
@@ -396,6 +426,18 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
                 p.Tq, p.Tk, p.positions, p.shapes));
         }
     }
+    // ALiBi's slopes, whatever check_finite says: a NaN slope or a term -slope * |i + Tk - Tq - j| beyond the
+    // compute type's range would turn every logit of its batch element into NaN or -inf.
+    if (p.alibi)
+        for (Index b = 0; b < p.batch; ++b) {
+            using C = compute_t<T>;
+            const C slope = p.alibi_slope(b);
+            const C far = static_cast<C>(std::max<Index>({p.Tk - 1, p.Tq - 1, 0}));  // the largest distance
+            if (!std::isfinite(slope) || !std::isfinite(slope * far))
+                throw ValueError(p.function + ": alibi_slopes " + to_string(p.alibi->shape()) + " holds " +
+                                 std::to_string(static_cast<double>(slope)) + " at batch index " + p.batch_index_string(b) +
+                                 ": every slope must be finite, and slope * |i + Tk - Tq - j| too (" + p.shapes + ")");
+        }
     if (!options.check_finite) return all;
     const auto fail = [&](const char* name, const Shape& shape, Index b, Index row, Index col, double value) {
         detail::throw_not_finite(p.function, name, shape, value, detail::batch_row_column(p.batch_index_string(b), row, col),
@@ -426,7 +468,7 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
                 const KeyRange range = p.positions.keys(i, p.Tq, p.Tk);
                 for (Index j = range.begin; j < range.end; ++j) {
                     if (!p.mask_allows(b, i, j)) continue;
-                    const auto x = p.bias_at(b, i, j);
+                    const auto x = p.explicit_bias(b, i, j);
                     if (std::isnan(x) || x == std::numeric_limits<decltype(x)>::infinity())
                         fail("bias", p.bias->shape(), b, i, j, x);
                 }

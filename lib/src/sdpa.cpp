@@ -1,6 +1,8 @@
 // scaled_dot_product_attention: validate, check the contracts, dispatch to a backend.
 #include "attn/sdpa.hpp"
 
+#include <cmath>
+
 #include "attn/detail/problem.hpp"
 #include "backends.hpp"
 
@@ -22,6 +24,19 @@ const char* to_string(Backend backend) {
         case Backend::Tiled: return "tiled";
     }
     return "?";
+}
+
+std::vector<double> alibi_slopes(Index heads) {
+    if (heads < 0) throw ConfigError("alibi_slopes: heads must be >= 0, got " + std::to_string(heads));
+    std::vector<double> slopes;
+    if (heads == 0) return slopes;
+    Index n = 1;  // the largest power of two <= heads
+    while (n * 2 <= heads) n *= 2;
+    for (Index h = 1; h <= n; ++h) slopes.push_back(std::exp2(-8.0 * static_cast<double>(h) / static_cast<double>(n)));
+    // The rest: slopes 1, 3, 5, ... (1-based) of 2n heads, 2^(-8 (2 h - 1) / (2 n)).
+    for (Index h = 1; n + h <= heads; ++h)
+        slopes.push_back(std::exp2(-8.0 * static_cast<double>(2 * h - 1) / static_cast<double>(2 * n)));
+    return slopes;
 }
 
 namespace {

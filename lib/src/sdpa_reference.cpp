@@ -133,7 +133,7 @@ void sdpa_reference(const SdpaProblem<S>& p, const std::vector<Readability>& rea
                 if (options.check_finite && !std::isfinite(row[c]))
                     throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i, p.shapes);
                 if (cap != 0) row[c] = cap * std::tanh(row[c] / cap);
-                if (p.bias) {
+                if (p.has_bias()) {
                     row[c] += p.bias_at(b, i, keys[c]);
                     if (options.check_finite && !std::isfinite(row[c]))
                         throw_overflow(p.function, "a logit plus its bias", p.batch_index_string(b), i, p.shapes);

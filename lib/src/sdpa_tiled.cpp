@@ -376,9 +376,10 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             // 3b. soft-capping of the allowed logits (blocked ones stay -inf), after the finiteness checks above.
             if (p.softcap != 0) soft_cap_any_count(s, nbj * nr, static_cast<T>(p.softcap));
 
-            // 3c. the bias, one addition per allowed logit after the cap; a -inf bias blocks its key (the logit
-            // becomes -inf whatever it was); the sum of two finite numbers may still overflow.
-            if (p.bias)
+            // 3c. the bias (explicit, ALiBi's, or both: SdpaProblem::bias_at), one addition per allowed logit after
+            // the cap; a -inf bias blocks its key (the logit becomes -inf whatever it was); the sum of two finite
+            // numbers may still overflow.
+            if (p.has_bias())
                 for (Index rr = 0; rr < nr && jq * nr + rr < rows; ++rr) {
                     const Index i = jq * nr + rr;
                     const Index begin = std::clamp<Index>(w.row_begin[i] - k0, 0, nbj);

@@ -255,3 +255,128 @@ TEMPLATE_TEST_CASE("the oracle with a bias: two keys give the closed form, and t
         }
     }
 }
+
+TEST_CASE("alibi_slopes gives the standard schedule, for a power of two and between them", "[sdpa][alibi]") {
+    const std::vector<double> eight = alibi_slopes(8);
+    REQUIRE(eight.size() == 8);
+    for (int h = 1; h <= 8; ++h) CHECK(eight[std::size_t(h - 1)] == std::ldexp(1.0, -h));
+    // 12 heads: the 8 of 8, then slopes 1, 3, 5, 7 of 16 heads: 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5.
+    const std::vector<double> twelve = alibi_slopes(12);
+    REQUIRE(twelve.size() == 12);
+    for (int h = 0; h < 8; ++h) CHECK(twelve[std::size_t(h)] == eight[std::size_t(h)]);
+    for (int h = 0; h < 4; ++h) CHECK(twelve[std::size_t(8 + h)] == Approx(std::exp2(-0.5 - h)).epsilon(1e-15));
+    CHECK(alibi_slopes(1) == std::vector<double>{1.0 / 256});
+    CHECK(alibi_slopes(0).empty());
+}
+
+TEMPLATE_TEST_CASE("ALiBi gives bitwise the output of the explicit bias -slope |i + Tk - Tq - j| it describes",
+                   "[sdpa][alibi]", float, double) {
+    using T = TestType;
+    std::mt19937_64 rng(7201 + sizeof(T));
+    const Index B = 2, H = 3, Tq = 40, Tk = 150, D = 8;
+    const Tensor<T> q = normal_tensor<T>({B, H, Tq, D}, rng), k = normal_tensor<T>({B, H, Tk, D}, rng),
+                    v = normal_tensor<T>({B, H, Tk, D}, rng);
+    const std::vector<double> standard = alibi_slopes(H);
+    Tensor<T> per_head({H}), per_batch_head({B, H});
+    for (Index h = 0; h < H; ++h) per_head[h] = static_cast<T>(standard[std::size_t(h)]);
+    for (Index x = 0; x < B * H; ++x) per_batch_head[x] = static_cast<T>(0.1 * static_cast<double>(x + 1));
+    for (const Tensor<T>* slopes : {&per_head, &per_batch_head}) {
+        // The bias written out: the product -m d rounded to T once, as the kernels form it.
+        Tensor<T> bias({B, H, Tq, Tk});
+        for (Index b = 0; b < B; ++b)
+            for (Index h = 0; h < H; ++h) {
+                const T m = slopes->rank() == 1 ? (*slopes)[h] : (*slopes)[b * H + h];
+                for (Index i = 0; i < Tq; ++i)
+                    for (Index j = 0; j < Tk; ++j)
+                        bias({b, h, i, j}) = -m * static_cast<T>(std::abs(i + Tk - Tq - j));
+            }
+        for (const Backend backend : {Backend::Reference, Backend::Tiled})
+            for (const bool causal : {false, true}) {
+                SdpaOptions options;
+                options.backend = backend;
+                options.is_causal = causal;
+                options.alignment = CausalAlignment::BottomRight;
+                options.tiled_key_block = 64;
+                INFO(to_string(backend) << (causal ? ", causal" : "") << ", slopes " << to_string(slopes->shape()));
+                options.alibi_slopes = *slopes;
+                const auto alibi = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+                options.alibi_slopes.reset();
+                options.bias = bias;
+                const auto explicit_bias = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+                CHECK(same_bits(alibi.output, explicit_bias.output));
+                options.bias.reset();
+                const auto plain = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+                CHECK_FALSE(same_bits(alibi.output, plain.output));
+            }
+    }
+}
+
+TEMPLATE_TEST_CASE("ALiBi with a bias and a cap: both backends are within the oracle's bound of their models",
+                   "[sdpa][alibi][oracle]", float, double) {
+    using T = TestType;
+    std::mt19937_64 rng(sizeof(T) == 4 ? 7301 : 7302);
+    double worst[2] = {0, 0};
+    for (const double cap : {0.0, 5.0})
+        for (const bool with_bias : {false, true})
+            for (const double slope_scale : {1.0, 30.0}) {  // standard slopes, and steep ones (one key dominates)
+                const Index B = 2, H = 4, Tq = 33, Tk = 200, Dk = 16, Dv = 5;
+                const Tensor<T> q = normal_tensor<T>({B, H, Tq, Dk}, rng), k = normal_tensor<T>({B, H, Tk, Dk}, rng),
+                                v = normal_tensor<T>({B, H, Tk, Dv}, rng);
+                Tensor<T> slopes({H});
+                const std::vector<double> standard = alibi_slopes(H);
+                for (Index h = 0; h < H; ++h) slopes[h] = static_cast<T>(slope_scale * standard[std::size_t(h)]);
+                const Tensor<T> bias = normal_tensor<T>({Tq, Tk}, rng, 3.0);
+                SdpaOptions options;
+                options.alibi_slopes = slopes;
+                if (with_bias) options.bias = bias;
+                options.softcap = cap;
+                options.tiled_key_block = 64;
+                INFO("softcap " << cap << (with_bias ? ", with a bias" : "") << ", slopes x" << slope_scale);
+                int which = 0;
+                for (const Backend backend : {Backend::Tiled, Backend::Reference}) {
+                    oracle::OracleOptions oo;
+                    oo.model = backend == Backend::Tiled ? oracle::library_tiled_model(64) : oracle::reference_model();
+                    const oracle::Result<T> exact =
+                        oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, options, oo);
+                    options.backend = backend;
+                    const auto out = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+                    const oracle::Comparison cmp = oracle::compare_output<T>(out.output.view(), exact);
+                    INFO(to_string(backend) << ": " << cmp.summary());
+                    CHECK(cmp.pass());
+                    CHECK(cmp.unbounded == 0);
+                    worst[which] = std::max(worst[which], cmp.max_tightness);
+                    ++which;
+                }
+            }
+    std::cout << (sizeof(T) == 4 ? "float" : "double") << " with ALiBi: worst error/bound tiled " << worst[0]
+              << ", reference " << worst[1] << "\n";
+}
+
+TEST_CASE("ALiBi slopes of another dtype, a shape that does not broadcast, NaN or an overflowing slope are refused",
+          "[sdpa][alibi]") {
+    const Tensor<float> q({2, 3, 4}), k({2, 5, 4}), v({2, 5, 1});  // batch shape (2)
+    SdpaOptions options;
+    const Tensor<double> wrong_dtype({2});
+    options.alibi_slopes = wrong_dtype;
+    std::string m = test::error_message<ConfigError>(
+        [&] { scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options); });
+    CHECK_THAT(m, Contains("sdpa: alibi_slopes has dtype float64 but q, k and v have dtype float32"));
+    const Tensor<float> three({3});
+    options.alibi_slopes = three;
+    m = test::error_message<ShapeError>(
+        [&] { scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options); });
+    CHECK_THAT(m, Contains("sdpa: alibi_slopes [3] does not broadcast to the batch shape [2]") &&
+                      Contains("alibi_slopes [3])"));
+    Tensor<float> bad({2}, 0.5f);
+    bad[1] = std::numeric_limits<float>::quiet_NaN();
+    options.alibi_slopes = bad;
+    m = test::error_message<ValueError>(
+        [&] { scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options); });
+    CHECK_THAT(m, Contains("alibi_slopes [2] holds nan at batch index [1]"));
+    options.check_finite = false;  // the slopes are checked whatever check_finite says
+    CHECK_THROWS_AS(scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options), ValueError);
+    bad[1] = 1e38f;  // times a distance of 4: beyond float
+    CHECK_THROWS_AS(scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options), ValueError);
+    bad[1] = 1e37f;
+    CHECK_NOTHROW(scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options));
+}

@@ -242,7 +242,7 @@ private:
             if (!std::isfinite(qd_[i * Dk + d])) return false;
         if (p_.bias)  // the keys' bias is not -inf (they are allowed): NaN and +inf propagate
             for (Index j : keys)
-                if (!std::isfinite(p_.bias_at(b, i, j))) return false;
+                if (!std::isfinite(p_.explicit_bias(b, i, j))) return false;
         return std::all_of(keys.begin(), keys.end(), [&](Index j) { return key_finite_[static_cast<std::size_t>(j)] != 0; });
     }
 
@@ -260,29 +260,46 @@ private:
         // a logit before the cap leaves the double-double path's [-2^1000, 2^1000] (the row is then done in MPFR).
         std::vector<double> raw_lo, raw_up;
         bool raw_in_range = true;
-        // With SdpaProblem::bias (section 2c): s, s_dd and logit_self are of the biased logits; pre_up bounds the
-        // logit before the bias, |x_j| (capped with a cap), and is empty without a bias.
-        std::vector<double> pre_up;
+        // With SdpaProblem::bias or ALiBi (section 2c): s, s_dd and logit_self are of the biased logits; pre_up
+        // bounds the logit before the bias, |x_j| (capped with a cap), bias_abs |b_j| and alibi_abs |m d_j| (both
+        // 0 without them); all three empty without a bias.
+        std::vector<double> pre_up, bias_abs, alibi_abs;
     };
 
-    // Section 2c: the bias b_j added to the (capped) logit, exactly as the kernel's input holds it (widened exactly
-    // to double): in double-double (within kDdOp of the sum and 2^-1070) or MPFR (within u_mp of it).
+    // Section 2c: the explicit bias b_j (exactly as the kernel's input holds it, widened exactly to double) and
+    // ALiBi's -m |i + Tk - Tq - j| (exact, by two_prod) added to the (capped) logit: in double-double (each sum within
+    // kDdOp of itself and 2^-1070) or MPFR (within u_mp; the product exact at 106 bits). The first of two sums is
+    // at most |t_j| + |m d_j|.
     void add_bias(RowLogits& L, Index b, Index i, const std::vector<Index>& keys, bool fast) const {
         const std::size_t n = keys.size();
         L.pre_up.resize(n);
+        L.bias_abs.assign(n, 0.0);
+        L.alibi_abs.assign(n, 0.0);
+        const double slope = p_.alibi ? static_cast<double>(p_.alibi_slope(b)) : 0.0;
         for (std::size_t c = 0; c < n; ++c) {
-            const double bias = static_cast<double>(p_.bias_at(b, i, keys[c]));
+            const double bias = p_.bias ? static_cast<double>(p_.explicit_bias(b, i, keys[c])) : 0.0;
+            const double distance = static_cast<double>(p_.alibi_distance(i, keys[c]));  // exact below 2^53
+            double a_hi = 0, a_lo = 0;
+            if (p_.alibi) two_prod(-slope, distance, a_hi, a_lo);  // -m d = a_hi + a_lo (2^-1070 if a_lo underflows)
             const double x_hi = fast ? L.s_dd[c].hi : static_cast<double>(L.s[c]);
             L.pre_up[c] = round_up(std::fabs(static_cast<Wide>(x_hi)) * (1 + 0x1p-52L) + L.logit_self[c]);
+            L.bias_abs[c] = std::fabs(bias);
+            L.alibi_abs[c] = round_up(std::fabs(static_cast<Wide>(a_hi)) * (1 + 0x1p-52L));
+            const Wide sums = p_.bias && p_.alibi ? 2 : 1, first_extra = p_.bias && p_.alibi ? L.alibi_abs[c] : 0.0;
             if (fast) {
-                L.s_dd[c] = dd_add(L.s_dd[c], {bias, 0.0});
-                L.logit_self[c] = round_up(L.logit_self[c] + kDdOp * std::fabs(static_cast<Wide>(L.s_dd[c].hi)) *
-                                                                 (1 + 0x1p-50L) + 0x1p-1070L);
-            } else {
-                L.s[c] += Real(bias);
+                if (p_.bias) L.s_dd[c] = dd_add(L.s_dd[c], {bias, 0.0});
+                if (p_.alibi) L.s_dd[c] = dd_add(L.s_dd[c], {a_hi, a_lo});
                 L.logit_self[c] = round_up(L.logit_self[c] +
-                                           u_mp_ * std::fabs(static_cast<Wide>(static_cast<double>(L.s[c]))) *
-                                               (1 + 0x1p-50L));
+                                           kDdOp * (sums * std::fabs(static_cast<Wide>(L.s_dd[c].hi)) + first_extra) *
+                                               (1 + 0x1p-50L) +
+                                           (sums + 1) * 0x1p-1070L);
+            } else {
+                if (p_.bias) L.s[c] += Real(bias);
+                if (p_.alibi) L.s[c] += Real(-slope) * Real(distance);
+                L.logit_self[c] = round_up(
+                    L.logit_self[c] +
+                    u_mp_ * (sums * std::fabs(static_cast<Wide>(static_cast<double>(L.s[c]))) + first_extra) *
+                        (1 + 0x1p-50L));
             }
         }
     }
@@ -344,8 +361,11 @@ private:
             d = per_key_scale_bound(storage_logit(a, L.pre_up[c]), L.pre_up[c], scale_gamma(model_, u_, u_storage_));
         }
         if (L.pre_up.empty()) return storage_logit(d, abs_s);
-        return storage_logit(
-            biased_logit_bound(storage_logit(d, L.pre_up[c]), abs_s, u_, std::numeric_limits<C>::min()), abs_s);
+        const double d_pre = storage_logit(d, L.pre_up[c]);
+        constexpr double eta = std::numeric_limits<C>::min();
+        if (!p_.alibi) return storage_logit(biased_logit_bound(d_pre, abs_s, u_, eta), abs_s);
+        return storage_logit(alibi_logit_bound(d_pre, L.pre_up[c], L.bias_abs[c], L.alibi_abs[c], p_.bias ? 2 : 1, u_, eta),
+                             abs_s);
     }
 
     // The bound's parameters for one row (sections 3-4): the implementation's and the oracle's own.
@@ -521,7 +541,7 @@ private:
             }
         }
         if (p_.softcap != 0) cap_logits(L, fast);
-        if (p_.bias) add_bias(L, b, i, keys, fast);  // section 2c
+        if (p_.has_bias()) add_bias(L, b, i, keys, fast);  // section 2c
         return L;
     }
 

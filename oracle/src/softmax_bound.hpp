@@ -277,6 +277,16 @@ inline double biased_logit_bound(double d, double t_up, double u, double eta) {
     return round_up((static_cast<Wide>(d) + u * (static_cast<Wide>(t_up) + d) + eta) * kBoundInflation);
 }
 
+// a''_j with ALiBi: the kernel's term fl(-m_hat d_j) errs by e_a = u |m d_j| + eta (one product; d_j is exact),
+// and the logit x_hat_j, the explicit bias (if any) and that term are summed by `sums` additions in any order, within
+// gamma_sums of the sum of their magnitudes (|x_j| <= x_up): d_j + e_a + gamma_sums (x_up + d_j + |b_j| + |m d_j| +
+// e_a) + eta.
+inline double alibi_logit_bound(double d, double x_up, double b_abs, double a_abs, int sums, double u, double eta) {
+    const Wide e_a = static_cast<Wide>(u) * a_abs + eta;
+    const Wide terms = static_cast<Wide>(x_up) + d + b_abs + a_abs + e_a;
+    return round_up((static_cast<Wide>(d) + e_a + gamma(static_cast<double>(sums), u) * terms + eta) * kBoundInflation);
+}
+
 // ---- sections 0 and 5: the row's exact softmax and weighted sum, in Real ------------------------------------------
 
 // Weights p_j = exp(s_j - m) / W over the row's n keys, with what the bound needs of them.

@@ -34,6 +34,9 @@ Property window_equals_the_mask_it_describes();
 Property causal_window_is_the_window_with_right_zero();
 Property softcap_bounds_the_weight_ratios();
 Property a_large_softcap_is_plain_attention();
+Property a_minus_infinite_bias_is_a_false_in_the_mask();
+Property a_row_constant_bias_changes_nothing();
+Property alibi_equals_the_explicit_bias_it_describes();
 
 const std::vector<Property>& properties() {
     static const std::vector<Property> all = {
@@ -68,6 +71,9 @@ const std::vector<Property>& properties() {
         causal_window_is_the_window_with_right_zero(),
         softcap_bounds_the_weight_ratios(),
         a_large_softcap_is_plain_attention(),
+        a_minus_infinite_bias_is_a_false_in_the_mask(),
+        a_row_constant_bias_changes_nothing(),
+        alibi_equals_the_explicit_bias_it_describes(),
     };
     return all;
 }

@@ -8,7 +8,7 @@ Property backends_agree_within_bounds() {
     Property p;
     p.name = "backends_agree_within_bounds";
     p.sentence = "Every implementation agrees with the reference backend within the sum of their oracle bounds.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.very_long_keys = true}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.very_long_keys = true, .bias = true}); };
     p.applies = [](const Implementation& impl) { return impl.name != "reference"; };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         const Implementation& reference = implementation("reference");

@@ -7,7 +7,7 @@ Property matches_oracle_within_bound() {
     Property p;
     p.name = "matches_oracle_within_bound";
     p.sentence = "Every output element is within the oracle's rigorous error bound of the exact-input result.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.very_long_keys = true}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.very_long_keys = true, .bias = true}); };
     p.required = numeric_regimes();
     for (Regime r : broadcast_regimes()) p.required.insert(r);
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {

@@ -9,7 +9,7 @@ Property rows_sum_to_one() {
     Property p;
     p.name = "rows_sum_to_one";
     p.sentence = "Every attention row with an allowed key is non-negative and sums to one over the keys, within the oracle's bound.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.bias = true}); };
     p.required = numeric_regimes();
     p.check = [](const Implementation& impl, const SdpaCase& original) -> Verdict {
         // With v = identity the output row is the weights row, for any implementation.

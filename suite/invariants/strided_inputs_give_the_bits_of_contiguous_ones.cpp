@@ -70,7 +70,7 @@ Property strided_inputs_give_the_bits_of_contiguous_ones() {
             // Each call's output, or its error message.
             const auto outcome = [&](TensorView<const T> a, TensorView<const T> b, TensorView<const T> d, std::optional<SdpaResult<T>>& r) {
                 try {
-                    r = impl.run<T>(a, b, d, in.allowed_view, c.options);
+                    r = impl.run<T>(a, b, d, in.allowed_view, in.with_bias(c.options));
                     return std::string();
                 } catch (const std::exception& e) {
                     return std::string(e.what());

@@ -7,7 +7,7 @@ Property thread_count_does_not_change_bits() {
     Property p;
     p.name = "thread_count_does_not_change_bits";
     p.sentence = "Running on 1, 2, 3 or 4 threads gives bitwise the same output.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.very_long_keys = true}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.very_long_keys = true, .bias = true}); };
     p.cost = 2;
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {

@@ -28,6 +28,10 @@ Implementation window_always_top_left();
 Implementation softcap_after_mask();
 Implementation softcap_without_division();
 Implementation softcap_before_scale();
+Implementation bias_before_scale();
+Implementation bias_broadcast_over_queries();
+Implementation alibi_wrong_sign();
+Implementation alibi_top_left();
 
 std::vector<Implementation> all() {
     return {softmax_over_queries(),  mask_after_softmax(),    inverted_mask_polarity(),
@@ -37,7 +41,8 @@ std::vector<Implementation> all() {
             bottom_right_off_by_one(), gqa_head_mapping_wrong(), dropout_without_rescale(),
             masked_nan_poisons_output(), nan_inputs_zeroed(), thread_dependent_sum(),
             window_left_off_by_one(), window_right_off_by_one(), window_right_side_ignored(),
-            window_always_top_left(), softcap_after_mask(), softcap_without_division(), softcap_before_scale()};
+            window_always_top_left(), softcap_after_mask(), softcap_without_division(), softcap_before_scale(),
+            bias_before_scale(), bias_broadcast_over_queries(), alibi_wrong_sign(), alibi_top_left()};
 }
 
 }  // namespace attn::suite::mutant

@@ -89,10 +89,10 @@ void cap_scores(const SdpaProblem<T>& p, std::vector<T>& s) {
     for (T& x : s) x = c * std::tanh(x / c);
 }
 
-// 1c. the bias (SdpaOptions::bias), added after the cap, before the mask (a -inf bias is blocked by the mask).
+// 1c. the bias (SdpaOptions::bias and ALiBi's, SdpaProblem::bias_at), added after the cap, before the mask (a -inf bias is blocked by the mask).
 template <class T>
 void bias_scores(const SdpaProblem<T>& p, Index b, std::vector<T>& s) {
-    if (!p.bias) return;
+    if (!p.has_bias()) return;
     for (Index i = 0; i < p.Tq; ++i)
         for (Index j = 0; j < p.Tk; ++j) s[static_cast<std::size_t>(i * p.Tk + j)] += p.bias_at(b, i, j);
 }
@@ -129,8 +129,8 @@ SdpaResult<T> run(const std::string& name, TensorView<const T> q, TensorView<con
                   std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options, Steps<T> steps) {
     if (options.softcap != 0 && (steps.weights || steps.mix) && !steps.soft_caps)
         throw Unsupported(name + " does not soft-cap its logits (SdpaOptions::softcap)");
-    if (options.bias && (steps.weights || steps.mix) && !steps.adds_bias)
-        throw Unsupported(name + " does not add a bias to its logits (SdpaOptions::bias)");
+    if ((options.bias || options.alibi_slopes) && (steps.weights || steps.mix) && !steps.adds_bias)
+        throw Unsupported(name + " does not add a bias to its logits (SdpaOptions::bias, alibi_slopes)");
     if (!steps.weights) steps.weights = correct_weights<T>;
     if (!steps.mix) steps.mix = correct_mix<T>;
     const SdpaProblem<T> p = make_sdpa_problem<T>(name, q, k, v, allowed_mask, options);

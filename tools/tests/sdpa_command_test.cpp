@@ -252,7 +252,7 @@ TEST_CASE("attn sdpa, oracle and check add the bias they are given", "[cli][bias
     npy::write_file<float>(scratch / "bias32.npy", Tensor<float>({3}, {0, 0, 0}).view());
     const Run dtype = run_attn(scratch, worked_example_args(scratch) + " --bias '" + (scratch / "bias32.npy") + "'");
     CHECK(dtype.exit_code == 2);
-    CHECK(dtype.stderr_text.find("the bias must have the dtype of q, k and v") != std::string::npos);
+    CHECK(dtype.stderr_text.find("sdpa: bias must have the dtype of q, k and v") != std::string::npos);
     npy::write_file<double>(scratch / "bias4.npy", Tensor<double>({4}, {0, 0, 0, 0}).view());
     const Run shape = run_attn(scratch, worked_example_args(scratch) + " --bias '" + (scratch / "bias4.npy") + "'");
     CHECK(shape.exit_code == 2);
@@ -261,4 +261,31 @@ TEST_CASE("attn sdpa, oracle and check add the bias they are given", "[cli][bias
     const Run nan = run_attn(scratch, worked_example_args(scratch) + " --bias '" + (scratch / "bias_nan.npy") + "'");
     CHECK(nan.exit_code == 2);
     CHECK(nan.stderr_text.find("bias [1,3,3] holds nan") != std::string::npos);
+}
+
+TEST_CASE("attn sdpa, oracle and check add the ALiBi slopes they are given", "[cli][alibi]") {
+    const Scratch scratch;
+    write_worked_example<double>(scratch);
+    const std::string inputs = " --q '" + (scratch / "q.npy") + "' --k '" + (scratch / "k.npy") + "' --v '" +
+                               (scratch / "v.npy") + "'";
+    // One slope of 1 for the batch shape (1): query 0 (Tq = Tk) gets -|0 - j| = (0, -1, -2) on its logits
+    // (1, 0, 1) / 2, so (0.5, -1, -1.5); v = (10, 0), (0, 10), (5, 5).
+    npy::write_file<double>(scratch / "slopes.npy", Tensor<double>({1}, {1.0}).view());
+    const std::string alibi = " --alibi-slopes '" + (scratch / "slopes.npy") + "'";
+    const double e0 = std::exp(0.5), e1 = std::exp(-1.0), e2 = std::exp(-1.5), sum = e0 + e1 + e2;
+    for (const char* backend : {"tiled", "reference"}) {
+        const Run run = run_attn(scratch, worked_example_args(scratch) + alibi + " --backend " + backend);
+        INFO(run.stderr_text);
+        REQUIRE(run.exit_code == 0);
+        const auto out = npy::to_tensor<double>(npy::read_file(scratch / "out.npy"), "out.npy");
+        CHECK(out[0] == Approx((10 * e0 + 5 * e2) / sum).epsilon(1e-14));
+        CHECK(out[1] == Approx((10 * e1 + 5 * e2) / sum).epsilon(1e-14));
+        const std::string check = "check" + inputs + " --model " + backend + " --candidate '" + (scratch / "out.npy") + "'";
+        CHECK(run_attn(scratch, check + alibi).exit_code == 0);
+        CHECK(run_attn(scratch, check).exit_code == 1);
+    }
+    npy::write_file<double>(scratch / "slopes2.npy", Tensor<double>({2}, {1.0, 2.0}).view());
+    const Run shape = run_attn(scratch, worked_example_args(scratch) + " --alibi-slopes '" + (scratch / "slopes2.npy") + "'");
+    CHECK(shape.exit_code == 2);
+    CHECK(shape.stderr_text.find("alibi_slopes [2] does not broadcast to the batch shape [1]") != std::string::npos);
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 #include "attn/half.hpp"
 #include "attn/mask.hpp"
@@ -25,18 +26,18 @@ enum class Backend {
     Tiled,      // online softmax over key blocks, never a Tq x Tk matrix (return_weights: reference runs instead)
 };
 
-// An additive bias for the logits (PyTorch's float attn_mask): a view of a tensor of the inputs' dtype, broadcastable
-// (NumPy rules) to the scores (batch..., Tq, Tk). It holds no data: the tensor must outlive the call.
-class Bias {
+// A view of a float tensor of any of the four dtypes, for the options that take a tensor (SdpaOptions::bias,
+// SdpaOptions::alibi_slopes), which must have the inputs' dtype. It holds no data: the tensor must outlive the call.
+class FloatView {
 public:
     using View = std::variant<TensorView<const float>, TensorView<const double>, TensorView<const float16>,
                               TensorView<const bfloat16>>;
     template <class T>
-    Bias(TensorView<T> view) : view_(TensorView<const std::remove_const_t<T>>(view)) {}
+    FloatView(TensorView<T> view) : view_(TensorView<const std::remove_const_t<T>>(view)) {}
     template <class T>
-    Bias(const Tensor<T>& tensor) : view_(tensor.view()) {}
+    FloatView(const Tensor<T>& tensor) : view_(tensor.view()) {}
     template <class T>
-    Bias(Tensor<T>&&) = delete;  // a temporary tensor would be gone before the call reads it
+    FloatView(Tensor<T>&&) = delete;  // a temporary tensor would be gone before the call reads it
 
     const View& view() const { return view_; }
     // The view when its dtype is T, else nullptr.
@@ -70,7 +71,12 @@ struct SdpaOptions {
     // s + bias without a cap). A -inf entry blocks its key exactly like a false in allowed_mask (weight exactly 0; a
     // row blocked everywhere is an empty row); both may be given. Every other entry a query reads must be finite
     // (ValueError under check_finite). Another dtype is a ConfigError, a shape that does not broadcast a ShapeError.
-    std::optional<Bias> bias;
+    std::optional<FloatView> bias;
+    // ALiBi (FlashAttention's alibi_slopes): slopes of q's dtype broadcastable to the batch shape ((H) or (B, H) for q
+    // (B, H, Tq, Dk)); the logit of query i and key j gets -slope * |i + Tk - Tq - j| (bottom-right aligned), added
+    // with the bias. attn::alibi_slopes gives the standard slopes. A slope must be finite and small enough that no
+    // such term overflows (ValueError otherwise); a shape that does not broadcast is a ShapeError.
+    std::optional<FloatView> alibi_slopes;
     EmptyRowPolicy empty_rows = EmptyRowPolicy::Throw;
     bool check_finite = true;     // ValueError on a NaN/Inf at a readable position
     bool return_weights = false;
@@ -81,6 +87,11 @@ struct SdpaOptions {
     // is the matching error model.
     Index tiled_query_block = 0, tiled_key_block = 0;
 };
+
+// The standard ALiBi slopes of `heads` heads (Press et al.): 2^(-8 h / H) for h = 1..H when H is a power of two;
+// otherwise those of the power of two n below H, then every other slope of 2n (2^(-4 (2 h - 1) / n)) for the
+// remaining H - n heads. Round them to the inputs' dtype to pass them as SdpaOptions::alibi_slopes.
+std::vector<double> alibi_slopes(Index heads);
 
 template <class T>
 struct SdpaResult {

@@ -31,15 +31,33 @@ struct SdpaProblem {
     double softcap = 0;      // SdpaOptions::softcap, checked: 0 (off) or a normal number of compute_t<T>
     std::optional<TensorView<const T>> bias;  // SdpaOptions::bias broadcast to batch_shape + (Tq, Tk)
     Index bias_row_stride = 0, bias_key_stride = 0;
-    std::vector<Index> q_offset, k_offset, v_offset, mask_offset, bias_offset;  // per flat batch index
+    std::optional<TensorView<const T>> alibi;  // SdpaOptions::alibi_slopes broadcast to batch_shape
+    std::vector<Index> q_offset, k_offset, v_offset, mask_offset, bias_offset, alibi_offset;  // per flat batch index
 
     const T* q_row(Index b, Index i) const { return q.data() + q_offset[b] + i * q.stride(-2); }
     const T* k_row(Index b, Index j) const { return k.data() + k_offset[b] + j * k.stride(-2); }
     const T* v_row(Index b, Index j) const { return v.data() + v_offset[b] + j * v.stride(-2); }
 
-    // The bias of (query i, key j) of batch element b, widened exactly to the compute type (only with a bias).
-    compute_t<T> bias_at(Index b, Index i, Index j) const {
+    // An additive term on the logits: an explicit bias, ALiBi, or both.
+    bool has_bias() const { return bias || alibi; }
+    // The explicit bias of (query i, key j) of batch element b, widened exactly to the compute type (only with one).
+    compute_t<T> explicit_bias(Index b, Index i, Index j) const {
         return static_cast<compute_t<T>>(bias->data()[bias_offset[b] + i * bias_row_stride + j * bias_key_stride]);
+    }
+    // ALiBi's slope of batch element b (only with slopes) and its distance |i + Tk - Tq - j| (exact in the compute
+    // type while below 2^24 in float).
+    compute_t<T> alibi_slope(Index b) const { return static_cast<compute_t<T>>(alibi->data()[alibi_offset[b]]); }
+    Index alibi_distance(Index i, Index j) const {
+        const Index d = i + Tk - Tq - j;
+        return d < 0 ? -d : d;
+    }
+    // The whole additive term of (query i, key j), in the compute type: the explicit bias, ALiBi's
+    // fl(-slope * distance), or fl(bias + fl(-slope * distance)) (oracle/BOUNDS.md section 2c).
+    compute_t<T> bias_at(Index b, Index i, Index j) const {
+        using C = compute_t<T>;
+        if (!alibi) return explicit_bias(b, i, j);
+        const C a = -alibi_slope(b) * static_cast<C>(alibi_distance(i, j));
+        return bias ? explicit_bias(b, i, j) + a : a;
     }
     // Whether the explicit allowed_mask (if any) lets query i of batch element b read key j.
     bool mask_allows(Index b, Index i, Index j) const {
@@ -51,7 +69,7 @@ struct SdpaProblem {
     bool allowed(Index b, Index i, Index j) const {
         if (positions.restricts() && !positions.allows(i, j, Tq, Tk)) return false;
         if (!mask_allows(b, i, j)) return false;
-        return !bias || bias_at(b, i, j) != -std::numeric_limits<compute_t<T>>::infinity();
+        return !bias || explicit_bias(b, i, j) != -std::numeric_limits<compute_t<T>>::infinity();
     }
 
     // Shape of the output (batch..., Tq, Dv) and of the weights (batch..., Tq, Tk).
@@ -131,8 +149,13 @@ void check_softcap(const std::string& function, double softcap, const std::strin
 // SdpaOptions::bias: of the inputs' dtype T (ConfigError otherwise) and broadcastable to the scores `target` =
 // (batch..., Tq, Tk) (ShapeError otherwise); the view broadcast to them.
 template <class T>
-TensorView<const T> broadcast_bias_to_scores(const std::string& function, const Bias& bias, const Shape& target,
+TensorView<const T> broadcast_bias_to_scores(const std::string& function, const FloatView& bias, const Shape& target,
                                              const std::string& shapes);
+// SdpaOptions::alibi_slopes: of the inputs' dtype T (ConfigError otherwise) and broadcastable to the batch shape
+// (ShapeError otherwise); the view broadcast to it.
+template <class T>
+TensorView<const T> broadcast_alibi_slopes(const std::string& function, const FloatView& slopes,
+                                           const Shape& batch_shape, const std::string& shapes);
 // A sliding window's sides are -1 (unbounded) or >= 0: ConfigError naming the window otherwise.
 void check_window(const std::string& function, const SlidingWindow& window, const std::string& shapes);
 // The positional rule of the options (SdpaOptions, MhaOptions), its window checked.

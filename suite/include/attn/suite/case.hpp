@@ -35,6 +35,14 @@ struct SdpaCase {
     // the config string then names the case completely.
     std::optional<std::uint64_t> seed;
     std::optional<double> logit_std;           // the large-logits recipe's parameter
+    // The additive bias (SdpaOptions::bias), in its own broadcastable shape (rank 1..4 against (B, H, Tq, Tk)), and
+    // its kind for the config string (attn/suite/recipe.hpp, draw_bias). make_inputs passes it in the case's dtype;
+    // options.bias itself stays unset (a case owns its tensors, options would hold a view).
+    std::string bias_kind = "none";
+    std::optional<Tensor<double>> bias;
+    // ALiBi's slopes (SdpaOptions::alibi_slopes), (H) or (B, H), and their kind (draw_alibi: none, heads, batch).
+    std::string alibi_kind = "none";
+    std::optional<Tensor<double>> alibi_slopes;
     SdpaOptions options;
     std::uint64_t aux_seed = 0;                // seeds a property's own perturbations (SplitMix64, suite/rng.hpp)
     std::map<std::string, double> params;      // a property's own parameters (shift sizes, cut positions, ...)
@@ -53,8 +61,18 @@ template <class T>
 struct CaseInputs {
     Tensor<T> q, k, v;
     std::optional<Tensor<bool>> allowed_storage;
+    std::optional<Tensor<T>> bias_storage, alibi_storage;
     TensorView<const T> q_view, k_view, v_view;
     std::optional<TensorView<const bool>> allowed_view;
+    std::optional<TensorView<const T>> bias_view, alibi_view;
+
+    // `options` with the case's bias and ALiBi slopes (if any): what every call of an implementation or the oracle
+    // on the case gets.
+    SdpaOptions with_bias(SdpaOptions options) const {
+        if (bias_view) options.bias = *bias_view;
+        if (alibi_view) options.alibi_slopes = *alibi_view;
+        return options;
+    }
 };
 
 template <class T>

@@ -72,6 +72,11 @@ struct CaseConfig {
     std::optional<std::uint64_t> seed;
     std::optional<double> scale;
     std::optional<double> softcap;  // options.softcap when not 0, written softcap=C like the scale
+    // The additive bias's kind (SdpaCase::bias_kind, attn/suite/recipe.hpp's draw_bias), written bias=KIND when
+    // not none.
+    std::string bias = "none";
+    // ALiBi's slopes (SdpaCase::alibi_kind, draw_alibi), written alibi=KIND when not none.
+    std::string alibi = "none";
     EmptyRowPolicy empty_rows = EmptyRowPolicy::Throw;
     bool check_finite = true;
     int threads = 0;

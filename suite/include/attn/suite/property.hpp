@@ -47,6 +47,9 @@ struct Property {
     std::function<rc::Gen<SdpaCase>(Dtype)> generator;
     std::function<Verdict(const Implementation&, const SdpaCase&)> check;
     std::set<Regime> required;  // the coverage contract
+    // Every case it draws carries a bias or ALiBi slopes: skipped outright for an implementation with
+    // bias_unsupported.
+    bool needs_bias = false;
     // Whether it applies to an implementation (default: all).
     std::function<bool(const Implementation&)> applies = [](const Implementation&) { return true; };
     int cost = 1;  // relative cost per case; the runner divides the case budget by it

@@ -35,6 +35,9 @@ struct Implementation {
     bool is_mutant = false;
     oracle::ErrorModel error_model;  // how its rounding errors are bounded
     bool returns_weights = true;     // honours options.return_weights (the tiled kernel never forms them)
+    // Why it takes no additive bias or ALiBi slopes (SdpaOptions::bias, alibi_slopes; empty: it takes both): a
+    // property whose every case carries one (Property::needs_bias) is then skipped with this reason.
+    std::string bias_unsupported;
     // The dtypes it takes, each with why not when it does not (a run on another dtype is skipped with that reason).
     std::map<Dtype, std::string> dtype_unsupported;
     std::string kernel_path;   // external kernels: the shared library (else empty)
