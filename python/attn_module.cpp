@@ -74,9 +74,15 @@ struct Problem {
     bool check_finite = true;
     std::string window, window_alignment = "bottom-right";  // window "LEFT,RIGHT" (attn::cli::window_from), "" = none
     double softcap = 0;
+    std::optional<py::array> bias, alibi_slopes;  // of q's dtype (view_of refuses another)
+    // The options of a call with inputs of dtype T; the bias and slopes are views of the arrays held here.
+    template <class T>
     attn::SdpaOptions options(const std::string& function) const {
-        return attn::cli::sdpa_options_from(scale, causal, empty_rows, check_finite, function, window, window_alignment,
-                                            softcap);
+        attn::SdpaOptions o = attn::cli::sdpa_options_from(scale, causal, empty_rows, check_finite, function, window,
+                                                           window_alignment, softcap);
+        if (bias) o.bias = view_of<T>(*bias, function, "bias");
+        if (alibi_slopes) o.alibi_slopes = view_of<T>(*alibi_slopes, function, "alibi_slopes");
+        return o;
     }
 };
 
@@ -91,7 +97,7 @@ template <class T>
 py::object sdpa_t(const py::array& q, const py::array& k, const py::array& v, const std::optional<py::array>& mask,
                   const Problem& problem, const std::string& backend, bool return_weights, int num_threads) {
     const std::string fn = "attn.sdpa";
-    attn::SdpaOptions o = problem.options(fn);
+    attn::SdpaOptions o = problem.options<T>(fn);
     if (backend == "reference") o.backend = attn::Backend::Reference;
     else if (backend == "tiled") o.backend = attn::Backend::Tiled;
     else if (backend != "auto") throw attn::ConfigError(fn + ": backend must be auto, reference or tiled, got '" + backend + "'");
@@ -111,7 +117,7 @@ attn::oracle::Result<T> oracle_t(const std::string& fn, const py::array& q, cons
     oo.model = attn::oracle::model_by_name(model, key_block);
     oo.statistical = statistical;
     return attn::oracle::scaled_dot_product_attention<T>(view_of<T>(q, fn, "q"), view_of<T>(k, fn, "k"), view_of<T>(v, fn, "v"),
-                                                         mask_of(mask, fn), problem.options(fn), oo);
+                                                         mask_of(mask, fn), problem.options<T>(fn), oo);
 }
 
 py::dict comparison_dict(const attn::oracle::Comparison& c) {
@@ -303,7 +309,8 @@ int serve(py::function fn, py::dict declaration, const std::string& program, con
 using Window = std::optional<std::pair<long long, long long>>;
 
 Problem problem_of(std::optional<double> scale, std::optional<std::string> causal, const std::string& empty_rows,
-                   const Window& window, const std::string& window_alignment, double softcap) {
+                   const Window& window, const std::string& window_alignment, double softcap,
+                   std::optional<py::array> bias, std::optional<py::array> alibi_slopes) {
     Problem p;
     p.scale = scale;
     p.causal = causal.value_or("");
@@ -311,6 +318,8 @@ Problem problem_of(std::optional<double> scale, std::optional<std::string> causa
     if (window) p.window = std::to_string(window->first) + "," + std::to_string(window->second);
     p.window_alignment = window_alignment;
     p.softcap = softcap;
+    p.bias = std::move(bias);
+    p.alibi_slopes = std::move(alibi_slopes);
     return p;
 }
 
@@ -329,18 +338,20 @@ PYBIND11_MODULE(_attn, m) {
     m.def("sdpa", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
                      std::optional<std::string> causal, std::optional<double> scale, const std::string& empty_rows,
                      const std::string& backend, bool return_weights, int num_threads, const Window& window,
-                     const std::string& window_alignment, double softcap) {
+                     const std::string& window_alignment, double softcap, std::optional<py::array> bias,
+                     std::optional<py::array> alibi_slopes) {
         require_float(q, "attn.sdpa");
-        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap);
+        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap, bias, alibi_slopes);
         return is_float32(q) ? sdpa_t<float>(q, k, v, mask, p, backend, return_weights, num_threads)
                              : sdpa_t<double>(q, k, v, mask, p, backend, return_weights, num_threads);
     });
     m.def("oracle", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
                        std::optional<std::string> causal, std::optional<double> scale, const std::string& empty_rows,
                        const std::string& model, Index key_block, const Window& window,
-                       const std::string& window_alignment, double softcap) {
+                       const std::string& window_alignment, double softcap, std::optional<py::array> bias,
+                       std::optional<py::array> alibi_slopes) {
         require_float(q, "attn.oracle");
-        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap);
+        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap, bias, alibi_slopes);
         const auto pack = [](const auto& r) {
             py::dict d;
             d["output"] = to_numpy(r.output);
@@ -357,9 +368,10 @@ PYBIND11_MODULE(_attn, m) {
     m.def("check", [](const py::array& q, const py::array& k, const py::array& v, const py::array& out,
                       std::optional<py::array> mask, std::optional<std::string> causal, std::optional<double> scale,
                       const std::string& empty_rows, const std::string& model, Index key_block, const Window& window,
-                      const std::string& window_alignment, double softcap) {
+                      const std::string& window_alignment, double softcap, std::optional<py::array> bias,
+                      std::optional<py::array> alibi_slopes) {
         require_float(q, "attn.check");
-        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap);
+        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap, bias, alibi_slopes);
         return is_float32(q) ? check_t<float>(q, k, v, out, mask, p, model, key_block)
                              : check_t<double>(q, k, v, out, mask, p, model, key_block);
     });

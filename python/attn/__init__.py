@@ -45,25 +45,31 @@ def _array(x, name):
 
 
 def sdpa(q, k, v, mask=None, *, causal=None, scale=None, empty_rows="throw", backend="auto",
-         return_weights=False, num_threads=0, window=None, window_alignment="bottom-right", softcap=0.0):
+         return_weights=False, num_threads=0, window=None, window_alignment="bottom-right", softcap=0.0, bias=None,
+         alibi_slopes=None):
     """softmax(scale q k^T, masked) v with attn's library: a NumPy array (and the weights when asked for).
 
     mask: bool, broadcastable to (..., Tq, Tk), True = may attend. causal: None, "top-left" or "bottom-right".
     empty_rows: what a query with no allowed key gives: "throw" (attn.MaskError), "zero" or "nan".
     window: (left, right), FlashAttention's window_size (-1 = unbounded): key j visible to query i iff
     i + d - left <= j <= i + d + right, d = Tk - Tq ("bottom-right") or 0 (window_alignment="top-left").
-    softcap: each logit s becomes softcap * tanh(s / softcap) before the masks (0 = off)."""
+    softcap: each logit s becomes softcap * tanh(s / softcap) before the masks (0 = off).
+    bias: PyTorch's float attn_mask, q's dtype, broadcastable to (..., Tq, Tk), added after the scale and the cap;
+    -inf blocks a key. alibi_slopes: q's dtype, broadcastable to the batch dims ((H) or (B, H)); the logit of
+    query i and key j gets -slope * |i + Tk - Tq - j|."""
     return _attn.sdpa(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), causal, scale,
-                      empty_rows, backend, return_weights, num_threads, window, window_alignment, softcap)
+                      empty_rows, backend, return_weights, num_threads, window, window_alignment, softcap,
+                      _array(bias, "bias"), _array(alibi_slopes, "alibi_slopes"))
 
 
 def oracle(q, k, v, mask=None, *, causal=None, scale=None, empty_rows="throw", model="generic", key_block=64,
-           window=None, window_alignment="bottom-right", softcap=0.0):
+           window=None, window_alignment="bottom-right", softcap=0.0, bias=None, alibi_slopes=None):
     """The exact attention of these inputs (correctly rounded to their dtype) and, per element, the rigorous bound
     on the error of a kernel following `model` (generic, reference or tiled with key_block): a dict with output,
     bound, weights, weights_bound, model and bits."""
     return _attn.oracle(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), causal, scale,
-                        empty_rows, model, key_block, window, window_alignment, softcap)
+                        empty_rows, model, key_block, window, window_alignment, softcap, _array(bias, "bias"),
+                        _array(alibi_slopes, "alibi_slopes"))
 
 
 class CheckResult:
@@ -82,12 +88,13 @@ class CheckResult:
 
 
 def check(q, k, v, out, mask=None, *, causal=None, scale=None, empty_rows="throw", model="generic", key_block=64,
-          window=None, window_alignment="bottom-right", softcap=0.0):
+          window=None, window_alignment="bottom-right", softcap=0.0, bias=None, alibi_slopes=None):
     """Checks `out` (your kernel's output for q, k, v) against the oracle: what `attn check` does with .npy files
-    (window and softcap as in sdpa)."""
+    (window, softcap, bias and alibi_slopes as in sdpa)."""
     return CheckResult(_attn.check(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(out, "out"),
                                    _array(mask, "mask"), causal, scale, empty_rows, model, key_block, window,
-                                   window_alignment, softcap))
+                                   window_alignment, softcap, _array(bias, "bias"),
+                                   _array(alibi_slopes, "alibi_slopes")))
 
 
 class PropertiesResult:

@@ -78,6 +78,32 @@ def test_window_and_softcap_reach_the_library_and_the_oracle():
         attn.sdpa(q, k, v, window=(-2, 0))
 
 
+def test_a_float_mask_is_torchs_attn_mask_and_alibi_its_written_bias():
+    q, k, v = inputs(np.float64, Tq=5, Tk=7)
+    rng = np.random.default_rng(3)
+    bias = rng.standard_normal((5, 7))
+    bias[:, 2] = -np.inf  # key 2 blocked for every query
+    ours = attn.sdpa(q, k, v, bias=bias)
+    # PyTorch's float attn_mask is added to the scaled logits: its output passes the check of the same bias, and
+    # fails the check without it.
+    theirs, _ = F._scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), torch.from_numpy(bias), 0.0, False,
+                                                False)
+    assert attn.check(q, k, v, theirs, bias=bias).passed
+    assert not attn.check(q, k, v, theirs).passed
+    assert attn.check(q, k, v, ours, bias=bias, model="reference").passed
+    assert np.array_equal(ours, attn.sdpa(q, k, v, np.isfinite(bias), bias=np.where(np.isfinite(bias), bias, 0.0)))
+    # ALiBi with the standard slopes of 3 heads equals its bias written out, -m |i + Tk - Tq - j|.
+    slopes = np.array([2.0 ** (-8 * h / 3) for h in (1, 2, 3)])
+    i, j = np.arange(5)[:, None], np.arange(7)[None, :]
+    written = -slopes[:, None, None] * np.abs(i + 7 - 5 - j)
+    assert np.array_equal(attn.sdpa(q, k, v, alibi_slopes=slopes), attn.sdpa(q, k, v, bias=written))
+    assert attn.check(q, k, v, attn.sdpa(q, k, v, bias=written), alibi_slopes=slopes).passed
+    with pytest.raises(attn.ConfigError, match="bias is float32"):
+        attn.sdpa(q, k, v, bias=bias.astype(np.float32))
+    with pytest.raises(attn.ShapeError, match="alibi_slopes"):
+        attn.sdpa(q, k, v, alibi_slopes=np.ones(4))
+
+
 def test_check_names_the_worst_element_of_a_wrong_output():
     q, k, v = inputs(np.float64)
     out = attn.sdpa(q, k, v)  # not causal
