@@ -15,6 +15,7 @@
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
 #include "error_message.hpp"
+#include "oracle_check.hpp"
 
 using namespace attn;
 using Catch::Contains;
@@ -189,20 +190,8 @@ TEMPLATE_TEST_CASE("with a bias, capped or not, both backends are within the ora
             options.tiled_key_block = 64;  // several rescalings per row
             options.empty_rows = EmptyRowPolicy::Zero;
             INFO("bias " << kind << ", softcap " << cap << ", Tq " << Tq << ", Tk " << Tk);
-            int which = 0;
-            for (const Backend backend : {Backend::Tiled, Backend::Reference}) {
-                oracle::OracleOptions oo;
-                oo.model = backend == Backend::Tiled ? oracle::library_tiled_model(64) : oracle::reference_model();
-                const oracle::Result<T> exact = oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, options, oo);
-                options.backend = backend;
-                const auto out = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
-                const oracle::Comparison cmp = oracle::compare_output<T>(out.output.view(), exact);
-                INFO(to_string(backend) << ": " << cmp.summary());
-                CHECK(cmp.pass());
-                CHECK(cmp.unbounded == 0);
-                worst[which] = std::max(worst[which], cmp.max_tightness);
-                ++which;
-            }
+            const auto tightness = test::backends_within_oracle_bounds<T>(q, k, v, std::nullopt, options);
+            for (int b = 0; b < 2; ++b) worst[b] = std::max(worst[b], tightness[std::size_t(b)]);
         }
     std::cout << (sizeof(T) == 4 ? "float" : "double") << " with a bias: worst error/bound tiled " << worst[0]
               << ", reference " << worst[1] << "\n";
@@ -332,21 +321,8 @@ TEMPLATE_TEST_CASE("ALiBi with a bias and a cap: both backends are within the or
                 options.softcap = cap;
                 options.tiled_key_block = 64;
                 INFO("softcap " << cap << (with_bias ? ", with a bias" : "") << ", slopes x" << slope_scale);
-                int which = 0;
-                for (const Backend backend : {Backend::Tiled, Backend::Reference}) {
-                    oracle::OracleOptions oo;
-                    oo.model = backend == Backend::Tiled ? oracle::library_tiled_model(64) : oracle::reference_model();
-                    const oracle::Result<T> exact =
-                        oracle::scaled_dot_product_attention<T>(q, k, v, std::nullopt, options, oo);
-                    options.backend = backend;
-                    const auto out = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
-                    const oracle::Comparison cmp = oracle::compare_output<T>(out.output.view(), exact);
-                    INFO(to_string(backend) << ": " << cmp.summary());
-                    CHECK(cmp.pass());
-                    CHECK(cmp.unbounded == 0);
-                    worst[which] = std::max(worst[which], cmp.max_tightness);
-                    ++which;
-                }
+                const auto tightness = test::backends_within_oracle_bounds<T>(q, k, v, std::nullopt, options);
+                for (int b = 0; b < 2; ++b) worst[b] = std::max(worst[b], tightness[std::size_t(b)]);
             }
     std::cout << (sizeof(T) == 4 ? "float" : "double") << " with ALiBi: worst error/bound tiled " << worst[0]
               << ", reference " << worst[1] << "\n";

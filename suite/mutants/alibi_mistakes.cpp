@@ -30,27 +30,16 @@ struct WrongAlibi {
         mask_scores(p, b, w);
         softmax_rows(w, p.Tq, p.Tk);
     }
-    template <class T>
-    struct Steps {
-        static SdpaResult<T> run(const std::string& name, TensorView<const T> q, TensorView<const T> k,
-                                 TensorView<const T> v, std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
-            mutant::Steps<T> steps;
-            steps.weights = weights<T>;
-            steps.soft_caps = true;
-            steps.adds_bias = true;
-            return mutant::run<T>(name, q, k, v, m, o, steps);
-        }
-    };
 };
 
 }  // namespace
 
 Implementation alibi_wrong_sign() {
-    return make_mutant<WrongAlibi<AlibiMistake::WrongSign>::Steps>(
+    return weights_mutant<WrongAlibi<AlibiMistake::WrongSign>, true>(
         "alibi_wrong_sign", "ALiBi adds +slope |i + Tk - Tq - j|, favouring far keys");
 }
 Implementation alibi_top_left() {
-    return make_mutant<WrongAlibi<AlibiMistake::TopLeft>::Steps>(
+    return weights_mutant<WrongAlibi<AlibiMistake::TopLeft>, true>(
         "alibi_top_left", "ALiBi measures the distance top-left, |i - j|, instead of |i + Tk - Tq - j|");
 }
 

@@ -27,27 +27,16 @@ struct WrongBias {
         mask_scores(p, b, w);
         softmax_rows(w, p.Tq, p.Tk);
     }
-    template <class T>
-    struct Steps {
-        static SdpaResult<T> run(const std::string& name, TensorView<const T> q, TensorView<const T> k,
-                                 TensorView<const T> v, std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
-            mutant::Steps<T> steps;
-            steps.weights = weights<T>;
-            steps.soft_caps = true;
-            steps.adds_bias = true;
-            return mutant::run<T>(name, q, k, v, m, o, steps);
-        }
-    };
 };
 
 }  // namespace
 
 Implementation bias_before_scale() {
-    return make_mutant<WrongBias<BiasMistake::BeforeScale>::Steps>(
+    return weights_mutant<WrongBias<BiasMistake::BeforeScale>, true>(
         "bias_before_scale", "the bias is added to the raw dot product, which is scaled after it");
 }
 Implementation bias_broadcast_over_queries() {
-    return make_mutant<WrongBias<BiasMistake::FirstRowOnly>::Steps>(
+    return weights_mutant<WrongBias<BiasMistake::FirstRowOnly>, true>(
         "bias_broadcast_over_queries", "the bias of query 0 is used for every query (broadcast over the wrong axis)");
 }
 

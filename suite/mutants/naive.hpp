@@ -175,6 +175,27 @@ Implementation make_mutant(const std::string& name, const std::string& descripti
     return impl;
 }
 
+// A mutant whose mistake is in steps 1-3: Mistake::weights<T> replaces them and soft-caps the logits itself; with
+// AddsBias it adds the bias and ALiBi's term itself too (otherwise a biased case is Unsupported for it).
+template <class Mistake, bool AddsBias>
+struct WeightsMistake {
+    template <class T>
+    struct Steps {
+        static SdpaResult<T> run(const std::string& name, TensorView<const T> q, TensorView<const T> k,
+                                 TensorView<const T> v, std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
+            mutant::Steps<T> steps;
+            steps.weights = Mistake::template weights<T>;
+            steps.soft_caps = true;
+            steps.adds_bias = AddsBias;
+            return mutant::run<T>(name, q, k, v, m, o, steps);
+        }
+    };
+};
+template <class Mistake, bool AddsBias>
+Implementation weights_mutant(const std::string& name, const std::string& description) {
+    return make_mutant<WeightsMistake<Mistake, AddsBias>::template Steps>(name, description);
+}
+
 // Every mutant (a file each under suite/mutants/, or one per family of mistakes).
 std::vector<Implementation> all();
 // The low-precision mistakes, on 16-bit storage only (suite/mutants/sixteen_bit.cpp).

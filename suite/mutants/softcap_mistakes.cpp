@@ -29,30 +29,20 @@ struct WrongCap {
         if (M != CapMistake::AfterMask) mask_scores(p, b, w);
         softmax_rows(w, p.Tq, p.Tk);
     }
-    template <class T>
-    struct Steps {
-        static SdpaResult<T> run(const std::string& name, TensorView<const T> q, TensorView<const T> k,
-                                 TensorView<const T> v, std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
-            mutant::Steps<T> steps;
-            steps.weights = weights<T>;
-            steps.soft_caps = true;
-            return mutant::run<T>(name, q, k, v, m, o, steps);
-        }
-    };
 };
 
 }  // namespace
 
 Implementation softcap_after_mask() {
-    return make_mutant<WrongCap<CapMistake::AfterMask>::Steps>(
+    return weights_mutant<WrongCap<CapMistake::AfterMask>, false>(
         "softcap_after_mask", "the softcap is applied after the mask, so a blocked key gets the logit -softcap");
 }
 Implementation softcap_without_division() {
-    return make_mutant<WrongCap<CapMistake::NoDivision>::Steps>(
+    return weights_mutant<WrongCap<CapMistake::NoDivision>, false>(
         "softcap_without_division", "the softcap computes c tanh(s) instead of c tanh(s / c)");
 }
 Implementation softcap_before_scale() {
-    return make_mutant<WrongCap<CapMistake::BeforeScale>::Steps>(
+    return weights_mutant<WrongCap<CapMistake::BeforeScale>, false>(
         "softcap_before_scale", "the softcap caps the raw dot product and scales after it");
 }
 
