@@ -154,58 +154,55 @@ void check_window(const std::string& function, const SlidingWindow& window, cons
                           to_string(window) + shapes);
 }
 
+namespace {
+
+// A float tensor option (SdpaOptions::bias, alibi_slopes): of the inputs' dtype T (ConfigError otherwise) and
+// broadcastable to `target` (ShapeError otherwise, naming it as `target_name` and `target_detail`, with `hint`); the
+// view broadcast to it.
+template <class T>
+TensorView<const T> broadcast_float_option(const std::string& function, const char* name, const FloatView& option,
+                                           const Shape& target, const char* target_name, const char* target_detail,
+                                           const char* hint, const std::string& shapes) {
+    const TensorView<const T>* view = option.get<T>();
+    if (!view)
+        throw ConfigError(function + ": " + name + " has dtype " + option.dtype_name() + " but q, k and v have dtype " +
+                          dtype_of<T>() + "; give it in the inputs' dtype" + shapes);
+    const std::string refused = function + ": " + name + " " + to_string(view->shape());
+    if (view->rank() > static_cast<Index>(target.size()))
+        throw ShapeError(refused + " has more dims than " + target_name + " " + to_string(target) + hint + shapes);
+    try {
+        return view->broadcast_to(target, function, name);
+    } catch (const ShapeError&) {
+        throw ShapeError(refused + " does not broadcast to " + target_name + target_detail + " " + to_string(target) +
+                         hint + shapes);
+    }
+}
+
+}  // namespace
+
 template <class T>
 TensorView<const T> broadcast_bias_to_scores(const std::string& function, const FloatView& bias, const Shape& target,
                                              const std::string& shapes) {
-    const TensorView<const T>* view = bias.get<T>();
-    if (!view)
-        throw ConfigError(function + ": bias has dtype " + bias.dtype_name() + " but q, k and v have dtype " +
-                          dtype_of<T>() + "; give the bias in the inputs' dtype" + shapes);
-    if (view->rank() > static_cast<Index>(target.size()))
-        throw ShapeError(function + ": bias " + to_string(view->shape()) + " has more dims than the scores " +
-                         to_string(target) + shapes);
-    try {
-        return view->broadcast_to(target, function, "bias");
-    } catch (const ShapeError&) {
-        throw ShapeError(function + ": bias " + to_string(view->shape()) +
-                         " does not broadcast to the scores (batch..., Tq, Tk) = " + to_string(target) + shapes);
-    }
+    return broadcast_float_option<T>(function, "bias", bias, target, "the scores", " (batch..., Tq, Tk) =", "", shapes);
 }
 
 template <class T>
 TensorView<const T> broadcast_alibi_slopes(const std::string& function, const FloatView& slopes,
                                            const Shape& batch_shape, const std::string& shapes) {
-    const TensorView<const T>* view = slopes.get<T>();
-    if (!view)
-        throw ConfigError(function + ": alibi_slopes has dtype " + slopes.dtype_name() + " but q, k and v have dtype " +
-                          dtype_of<T>() + "; give the slopes in the inputs' dtype" + shapes);
-    try {
-        if (view->rank() > static_cast<Index>(batch_shape.size())) throw ShapeError("");
-        return view->broadcast_to(batch_shape, function, "alibi_slopes");
-    } catch (const ShapeError&) {
-        throw ShapeError(function + ": alibi_slopes " + to_string(view->shape()) +
-                         " does not broadcast to the batch shape " + to_string(batch_shape) +
-                         " (one slope per batch element, e.g. (H) or (B, H) for q (B, H, Tq, Dk))" + shapes);
-    }
+    return broadcast_float_option<T>(function, "alibi_slopes", slopes, batch_shape, "the batch shape", "",
+                                     " (one slope per batch element, e.g. (H) or (B, H) for q (B, H, Tq, Dk))", shapes);
 }
 
-template TensorView<const float> broadcast_alibi_slopes<float>(const std::string&, const FloatView&, const Shape&,
-                                                               const std::string&);
-template TensorView<const double> broadcast_alibi_slopes<double>(const std::string&, const FloatView&, const Shape&,
-                                                                 const std::string&);
-template TensorView<const float16> broadcast_alibi_slopes<float16>(const std::string&, const FloatView&, const Shape&,
-                                                                   const std::string&);
-template TensorView<const bfloat16> broadcast_alibi_slopes<bfloat16>(const std::string&, const FloatView&,
-                                                                     const Shape&, const std::string&);
-
-template TensorView<const float> broadcast_bias_to_scores<float>(const std::string&, const FloatView&, const Shape&,
-                                                                 const std::string&);
-template TensorView<const double> broadcast_bias_to_scores<double>(const std::string&, const FloatView&, const Shape&,
-                                                                   const std::string&);
-template TensorView<const float16> broadcast_bias_to_scores<float16>(const std::string&, const FloatView&, const Shape&,
-                                                                     const std::string&);
-template TensorView<const bfloat16> broadcast_bias_to_scores<bfloat16>(const std::string&, const FloatView&, const Shape&,
-                                                                       const std::string&);
+#define ATTN_INSTANTIATE(T)                                                                                        \
+    template TensorView<const T> broadcast_bias_to_scores<T>(const std::string&, const FloatView&, const Shape&,   \
+                                                             const std::string&);                                \
+    template TensorView<const T> broadcast_alibi_slopes<T>(const std::string&, const FloatView&, const Shape&,     \
+                                                           const std::string&);
+ATTN_INSTANTIATE(float)
+ATTN_INSTANTIATE(double)
+ATTN_INSTANTIATE(float16)
+ATTN_INSTANTIATE(bfloat16)
+#undef ATTN_INSTANTIATE
 
 template <class T>
 void check_softcap(const std::string& function, double softcap, const std::string& shapes) {
