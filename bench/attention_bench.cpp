@@ -107,17 +107,32 @@ void naive_attention(const T* q, const T* k, const T* v, T* out, Index batch, In
     }
 }
 
+// The variants a row may turn on (tiled float rows only).
+struct Variant {
+    std::optional<attn::SlidingWindow> window;
+    double softcap = 0;
+    bool bias = false;   // an explicit bias (B, H, Tq, Tk) of normal values, PyTorch's float attn_mask per head
+    bool alibi = false;  // ALiBi with the standard slopes (H), attn::alibi_slopes
+};
+
 template <class T>
 void bench_attention(benchmark::State& state, const std::string& impl, Index Tq, Index Tk, bool causal, int threads,
-                     std::optional<attn::SlidingWindow> window = std::nullopt, double softcap = 0) {
+                     const Variant& variant = {}) {
     const auto q = random_tensor<T>({B, H, Tq, D}, 1);
     const auto k = random_tensor<T>({B, H, Tk, D}, 2);
     const auto v = random_tensor<T>({B, H, Tk, D}, 3);
+    const std::optional<attn::SlidingWindow> window = variant.window;
+    const auto bias = variant.bias ? random_tensor<T>({B, H, Tq, Tk}, 4) : attn::Tensor<T>({0});
+    attn::Tensor<T> slopes({H});
+    const std::vector<double> standard = attn::alibi_slopes(H);
+    for (Index h = 0; h < H; ++h) slopes[h] = static_cast<T>(standard[static_cast<std::size_t>(h)]);
     attn::SdpaOptions options;
+    if (variant.bias) options.bias = bias;
+    if (variant.alibi) options.alibi_slopes = slopes;
     options.is_causal = causal;
     options.alignment = attn::CausalAlignment::BottomRight;  // Tq <= Tk here: every row has a key
     options.window = window;
-    options.softcap = softcap;
+    options.softcap = variant.softcap;
     options.num_threads = threads;
     options.backend = impl == "tiled" ? attn::Backend::Tiled : attn::Backend::Reference;
     attn::Tensor<T> out({B, H, Tq, D});
@@ -148,8 +163,7 @@ void register_all(bool quick, int reps_override) {
     struct Shape {
         Index Tq, Tk;
         bool causal;
-        std::optional<attn::SlidingWindow> window = std::nullopt;  // tiled rows only (the others compute Tq Tk)
-        double softcap = 0;                                         // tiled float rows only
+        Variant variant = {};  // tiled float rows only, but for the window's (all tiled rows: the others compute Tq Tk)
     };
     std::vector<Shape> shapes;
     for (Index T : Ts) shapes.push_back({T, T, false});  // self
@@ -158,9 +172,12 @@ void register_all(bool quick, int reps_override) {
     // FlashAttention's local attention (window_size = (256, 0)): at T = 4096 next to the rows above, and at 16384,
     // where a window's cost (T w) is 1/64 of full attention's (T^2).
     for (Index T : quick ? std::vector<Index>{2048} : std::vector<Index>{4096, 16384})
-        shapes.push_back({T, T, false, attn::SlidingWindow{256, 0}});
-    // Gemma 2's attention-logit cap, 50, next to the plain self-attention row of the same size (its cost is the tanh).
-    shapes.push_back({Ts.back(), Ts.back(), false, std::nullopt, 50.0});
+        shapes.push_back({T, T, false, Variant{attn::SlidingWindow{256, 0}}});
+    // Gemma 2's attention-logit cap, 50, an explicit bias per head and ALiBi, each next to the plain self-attention
+    // row of the same size (their cost is the tanh, the bias's reads and additions).
+    shapes.push_back({Ts.back(), Ts.back(), false, Variant{std::nullopt, 50.0}});
+    shapes.push_back({Ts.back(), Ts.back(), false, Variant{std::nullopt, 0, true}});
+    shapes.push_back({Ts.back(), Ts.back(), false, Variant{std::nullopt, 0, false, true}});
     const double min_time = quick ? 0.05 : 0.2;
     const int reps = reps_override > 0 ? reps_override : quick ? 3 : 5;
     for (int threads : {1, 2}) {
@@ -185,18 +202,21 @@ void register_all(bool quick, int reps_override) {
                 sixteen_bit ? std::vector<const char*>{"tiled"} : std::vector<const char*>{"naive", "reference", "tiled"};
             for (const Shape& sh : shapes)
                 for (const char* impl : impls) {
-                    if ((sh.window || sh.softcap != 0) && (std::string(impl) != "tiled" || !std::is_same_v<T, float>))
-                        continue;
+                    const Variant& var = sh.variant;
+                    const bool variant = var.window || var.softcap != 0 || var.bias || var.alibi;
+                    if (variant && (std::string(impl) != "tiled" || !std::is_same_v<T, float>)) continue;
                     attn::suite::CaseConfig row = config;
                     row.B = B, row.H = row.kv_heads = H, row.Tq = sh.Tq, row.Tk = sh.Tk, row.Dk = row.Dv = D;
-                    row.mask = sh.causal ? "causal-br" : sh.window ? "window" : "none";
-                    row.window = sh.window;
-                    if (sh.softcap != 0) row.softcap = sh.softcap;
+                    row.mask = sh.causal ? "causal-br" : var.window ? "window" : "none";
+                    row.window = var.window;
+                    if (var.softcap != 0) row.softcap = var.softcap;
+                    if (var.bias) row.bias = "normal";  // the suite's kind of a (B, H, Tq, Tk) bias
+                    if (var.alibi) row.alibi = "heads";
                     row.impl = impl;
                     const std::string name = row.to_config();
                     const std::string which = impl;
                     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-                        bench_attention<T>(s, which, sh.Tq, sh.Tk, sh.causal, threads, sh.window, sh.softcap);
+                        bench_attention<T>(s, which, sh.Tq, sh.Tk, sh.causal, threads, sh.variant);
                     })->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
                 }
         };

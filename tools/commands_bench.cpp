@@ -60,6 +60,8 @@ Row parse_name(const std::string& run_name) {
              : c.mask == "causal-br" ? "causal"
              : c.window              ? "window"  // GFLOP/s counted on the visible pairs (bench/attention_bench.cpp)
              : c.softcap             ? "softcap"
+             : c.bias != "none"      ? "bias"
+             : c.alibi != "none"     ? "alibi"
              : c.Tq == c.Tk          ? "self"
                                      : "cross";
     r.Tq = static_cast<long>(c.Tq), r.Tk = static_cast<long>(c.Tk), r.D = static_cast<long>(c.Dk);
@@ -265,6 +267,13 @@ void print_targets(Measured& m, bool quick, const MemoryFigures& memory) {
     // Soft-capping (Gemma 2's cap of 50) against plain self-attention of the same size: the cost of the tanh.
     const Row* s1 = find("tiled", "float", 1, "softcap", T);
     target("tiled float softcap / plain time, 1 thread", f1 && s1, f1 && s1 ? s1->median() / f1->median() : 0, 1.15,
+           false, "x");
+    // An explicit (B, H, Tq, Tk) bias and ALiBi, the same way: the cost of reading and adding the bias.
+    const Row* b1 = find("tiled", "float", 1, "bias", T);
+    target("tiled float bias (B, H, Tq, Tk) / plain time, 1 thread", f1 && b1,
+           f1 && b1 ? b1->median() / f1->median() : 0, 1.15, false, "x");
+    const Row* a1 = find("tiled", "float", 1, "alibi", T);
+    target("tiled float ALiBi / plain time, 1 thread", f1 && a1, f1 && a1 ? a1->median() / f1->median() : 0, 1.15,
            false, "x");
     target("tiled memory at T=32768 beyond inputs and output", tiled_32k >= 0, tiled_32k, 64, false, " MiB");
     // Half the input memory of float, as measured (resident pages): each of the three inputs may hold one page

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <utility>
 
 #include "attn/mha.hpp"
 #include "attn/tiled.hpp"
@@ -389,17 +391,47 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     return p;
 }
 
+namespace {
+
+// Per batch element b, the first batch element whose explicit mask and bias are those of b (b itself when none
+// before it shares them): a bias or mask broadcast over heads is looked at once, not once per head. Only with a bias.
+template <class T>
+std::vector<Index> first_with_same_bias(const SdpaProblem<T>& p) {
+    std::vector<Index> first(static_cast<std::size_t>(p.batch));
+    std::map<std::pair<Index, Index>, Index> seen;
+    for (Index b = 0; b < p.batch; ++b) {
+        const std::pair<Index, Index> slices{p.allowed_mask ? p.mask_offset[b] : 0, p.bias_offset[b]};
+        first[static_cast<std::size_t>(b)] = seen.emplace(slices, b).first->second;
+    }
+    return first;
+}
+
+}  // namespace
+
 template <class T>
 Readability readability(const SdpaProblem<T>& p, Index b) {
     Readability r;
     r.key_readable.assign(static_cast<std::size_t>(p.Tk), 0);
     r.row_nonempty.assign(static_cast<std::size_t>(p.Tq), 0);
     if (p.bias) {  // a -inf bias blocks its key: every position the rule and the mask allow is looked at
+        const auto neg_inf = -std::numeric_limits<compute_t<T>>::infinity();
         for (Index i = 0; i < p.Tq; ++i) {
             const KeyRange range = p.positions.keys(i, p.Tq, p.Tk);
-            for (Index j = range.begin; j < range.end; ++j)
-                if (p.allowed(b, i, j)) r.row_nonempty[static_cast<std::size_t>(i)] = r.key_readable[static_cast<std::size_t>(j)] = 1;
-            if (!r.row_nonempty[static_cast<std::size_t>(i)] && r.first_empty_row < 0) r.first_empty_row = i;
+            const BiasRow<T> row(p, b, i);
+            char any = 0, bad = 0;  // branch-free, so that the loop vectorises
+            for (Index j = range.begin; j < range.end; ++j) {
+                const auto x = row.at(j);
+                const char mask_allows = row.mask_allows(j);
+                const char reads = mask_allows & (x != neg_inf);
+                r.key_readable[static_cast<std::size_t>(j)] |= reads;
+                any |= reads;
+                bad |= mask_allows & !(x < -neg_inf);  // NaN or +inf
+            }
+            if (bad && r.bad_bias_row < 0)
+                for (Index j = range.begin; j < range.end && r.bad_bias_row < 0; ++j)
+                    if (row.mask_allows(j) && !(row.at(j) < -neg_inf)) r.bad_bias_row = i, r.bad_bias_key = j;
+            r.row_nonempty[static_cast<std::size_t>(i)] = any;
+            if (!any && r.first_empty_row < 0) r.first_empty_row = i;
         }
         return r;
     }
@@ -414,8 +446,12 @@ template <class T>
 std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOptions& options) {
     std::vector<Readability> all;
     all.reserve(static_cast<std::size_t>(p.batch));
+    // With a bias, readability looks at every (query, key) pair: batch elements that share their mask and bias (a
+    // bias broadcast over heads) share it.
+    const std::vector<Index> same = p.bias ? first_with_same_bias(p) : std::vector<Index>{};
+    const auto first_of = [&](Index b) { return p.bias ? same[static_cast<std::size_t>(b)] : b; };
     for (Index b = 0; b < p.batch; ++b) {
-        all.push_back(readability(p, b));
+        all.push_back(first_of(b) == b ? readability(p, b) : all[static_cast<std::size_t>(first_of(b))]);
         const Readability& r = all.back();
         if (r.first_empty_row >= 0 && options.empty_rows == EmptyRowPolicy::Throw) {
             throw MaskError(no_allowed_key_message(
@@ -459,17 +495,11 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
             for (Index d = 0; d < p.Dv; ++d)
                 if (!finite(vrow[d * vs])) fail("v", p.v.shape(), b, j, d, vrow[d * vs]);
         }
-        // The bias where the rule and the mask let a query read: -inf blocks the key, NaN and +inf are errors.
-        if (p.bias)
-            for (Index i = 0; i < p.Tq; ++i) {
-                const KeyRange range = p.positions.keys(i, p.Tq, p.Tk);
-                for (Index j = range.begin; j < range.end; ++j) {
-                    if (!p.mask_allows(b, i, j)) continue;
-                    const auto x = p.explicit_bias(b, i, j);
-                    if (std::isnan(x) || x == std::numeric_limits<decltype(x)>::infinity())
-                        fail("bias", p.bias->shape(), b, i, j, x);
-                }
-            }
+        // The bias where the rule and the mask let a query read: -inf blocks the key, NaN and +inf are errors (found
+        // by readability's pass).
+        if (r.bad_bias_row >= 0)
+            fail("bias", p.bias->shape(), b, r.bad_bias_row, r.bad_bias_key,
+                 p.explicit_bias(b, r.bad_bias_row, r.bad_bias_key));
     }
     return all;
 }

@@ -80,6 +80,7 @@ struct Workspace {
     Index b = -1;
     std::vector<Index> keys;  // readable key positions of batch element b, ascending
     Buffer<T> kp, vp, qp, sp, acc, blk;  // blk: one key block's P V for one query panel, before it joins acc
+    Buffer<T> bias;                      // one tile's explicit bias, in the layout of s (bias_tile)
     std::vector<T> row_max, row_sum;  // per lane (query)
     std::vector<T> row;               // one q, k or v row in the compute type while it is packed (row_values)
     std::vector<Index> row_begin, row_end;  // per lane: readable keys [row_begin, row_end) pass the positional rule
@@ -251,6 +252,122 @@ void soft_cap_any_count(T* x, Index count, T cap) {
     soft_cap(hn::CappedTag<T, 1>(), x + whole, count - whole, cap);
 }
 
+// Step 3c's explicit bias: query lanes [0, valid) (query q0 + lane) and the readable keys keys[0, nbj) of batch
+// element b, in the layout of s (key c, lane rr at bt[c * nr + rr]), widened to T; 0 where the lane may not read the
+// key (outside its positional range [begin[rr], end[rr]) less k0, or a false in the mask) and in lanes past valid,
+// so that a blocked logit stays -inf whatever the bias holds there. With `whole`, ALiBi's term is included
+// (SdpaProblem::bias_at), for distances a vector of T cannot count exactly. The path of 16-bit storage and of
+// check_finite off (where an allowed logit may be -inf too); transpose_bias is the fast one.
+template <class S, class T>
+void bias_tile(const SdpaProblem<S>& p, Index b, Index q0, Index valid, const Index* keys, Index nbj, Index nr,
+               const Index* begin, const Index* end, Index k0, bool whole, T* bt) {
+    std::fill_n(bt, nbj * nr, T(0));
+    for (Index rr = 0; rr < valid; ++rr) {
+        const Index i = q0 + rr;
+        const Index c_begin = std::clamp<Index>(begin[rr] - k0, 0, nbj);
+        const Index c_end = std::clamp<Index>(end[rr] - k0, c_begin, nbj);
+        if (whole) {
+            for (Index c = c_begin; c < c_end; ++c)
+                if (p.mask_allows(b, i, keys[c])) bt[c * nr + rr] = p.bias_at(b, i, keys[c]);
+            continue;
+        }
+        const BiasRow<S> row(p, b, i);
+        for (Index c = c_begin; c < c_end; ++c)
+            if (row.mask_allows(keys[c])) bt[c * nr + rr] = row.at(keys[c]);
+    }
+}
+
+// Step 3c's explicit bias as stored, for lanes [0, nr) and the readable keys keys[0, nbj), in the layout of s
+// (bt[c * nr + rr]): lane rr reads the row at rows + min(rr, valid - 1) * row_stride (lanes past valid repeat the
+// last query's row, in bounds), key j at + j * key_stride. A transpose: 4 x 4 blocks in 128-bit vectors where the
+// keys are contiguous, else element by element. No mask is applied: see BiasSource::raw.
+template <class T>
+void transpose_bias(const T* rows, Index row_stride, Index key_stride, const Index* keys, Index nbj, Index nr,
+                    Index valid, T* bt) {
+    const auto row = [&](Index rr) { return rows + std::min(rr, valid - 1) * row_stride; };
+    Index c0 = 0;
+#if HWY_TARGET != HWY_SCALAR
+    if constexpr (std::is_same_v<T, float>)
+        if (key_stride == 1 && nr % 4 == 0 && nbj > 0 && keys[nbj - 1] - keys[0] == nbj - 1) {
+            const hn::Full128<float> d4;
+            const hn::Repartition<double, decltype(d4)> d2;
+            for (; c0 + 4 <= nbj; c0 += 4)
+                for (Index rr = 0; rr < nr; rr += 4) {
+                    const Index j = keys[c0];
+                    const auto r0 = hn::LoadU(d4, row(rr) + j), r1 = hn::LoadU(d4, row(rr + 1) + j);
+                    const auto r2 = hn::LoadU(d4, row(rr + 2) + j), r3 = hn::LoadU(d4, row(rr + 3) + j);
+                    // (r0[0] r1[0] r0[1] r1[1]), (r2[0] r3[0] r2[1] r3[1]), and the same of lanes 2 and 3
+                    const auto a = hn::BitCast(d2, hn::InterleaveLower(d4, r0, r1));
+                    const auto b = hn::BitCast(d2, hn::InterleaveLower(d4, r2, r3));
+                    const auto e = hn::BitCast(d2, hn::InterleaveUpper(d4, r0, r1));
+                    const auto f = hn::BitCast(d2, hn::InterleaveUpper(d4, r2, r3));
+                    hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, a, b)), d4, bt + c0 * nr + rr);
+                    hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, a, b)), d4, bt + (c0 + 1) * nr + rr);
+                    hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, e, f)), d4, bt + (c0 + 2) * nr + rr);
+                    hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, e, f)), d4, bt + (c0 + 3) * nr + rr);
+                }
+        }
+#endif
+    for (Index c = c0; c < nbj; ++c)
+        for (Index rr = 0; rr < nr; ++rr) bt[c * nr + rr] = row(rr)[keys[c] * key_stride];
+}
+
+// Where step 3c's additive term t comes from: the explicit bias in the layout of s (bias_tile, or with `raw`
+// transpose_bias: as stored, blocked positions included, which is right only under check_finite, where a blocked
+// logit and no allowed one is -inf, so blocked logits take 0 whatever the bias holds there), or none; then ALiBi's.
+template <class T>
+struct BiasSource {
+    const T* tile = nullptr;
+    bool raw = false;
+    bool alibi = false;
+    T neg_slope = 0;       // -slope
+    Index alibi_base = 0;  // lane rr's signed distance to key j is alibi_base + rr - j (exact in T: the caller's test)
+};
+
+// Step 3c's additions on the logits s (nbj keys keys[0, nbj), nr lanes): x' = x + t, or -inf where t = -inf (a -inf
+// bias blocks its key). t is the explicit bias, ALiBi's fl(-slope * |distance|), or fl(bias + fl(-slope *
+// |distance|)), the operations of SdpaProblem::bias_at. Blocked logits are -inf and get a finite t, so they stay
+// -inf; lanes past `valid` (no query) get t = 0. Under `check`, returns the first lane below `valid` where a finite
+// logit plus a finite t left the range (-1 if none).
+template <class D, class T = hn::TFromD<D>>
+Index add_bias(D d, T* s, const BiasSource<T>& src, Index nbj, Index nr, Index valid, const Index* keys, bool check) {
+    const Index N = static_cast<Index>(hn::Lanes(d));
+    const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
+    const auto m = hn::Set(d, src.neg_slope);
+    for (Index x = 0; x < nr; x += N) {
+        const auto queries = hn::FirstN(d, static_cast<std::size_t>(std::max<Index>(valid - x, 0)));
+        auto bad = hn::FirstN(d, 0);
+        for (Index c = 0; c < nbj; ++c) {
+            T* sc = s + c * nr + x;
+            const auto xv = hn::LoadU(d, sc);
+            auto t = hn::Zero(d);
+            if (src.tile) t = hn::LoadU(d, src.tile + c * nr + x);
+            if (src.raw) t = hn::IfThenZeroElse(hn::Eq(xv, neg_inf), t);
+            if (src.alibi) {
+                const auto a = hn::Mul(m, hn::Abs(hn::Iota(d, static_cast<T>(src.alibi_base + x - keys[c]))));
+                t = src.tile ? hn::Add(t, a) : a;
+            }
+            t = hn::IfThenElseZero(queries, t);
+            const auto blocks = hn::Eq(t, neg_inf);
+            const auto y = hn::IfThenElse(blocks, neg_inf, hn::Add(xv, t));
+            hn::StoreU(y, d, sc);
+            if (check) bad = hn::Or(bad, hn::AndNot(blocks, hn::AndNot(hn::IsFinite(y), hn::IsFinite(xv))));
+        }
+        if (check && !hn::AllFalse(d, hn::And(bad, queries)))
+            return x + static_cast<Index>(hn::FindFirstTrue(d, hn::And(bad, queries)));
+    }
+    return -1;
+}
+
+template <class T>
+Index add_bias_any_width(T* s, const BiasSource<T>& src, Index nbj, Index nr, Index valid, const Index* keys,
+                         bool check) {
+    // Element-wise per lane, as online_softmax_any_width: the vector width changes nothing in the result.
+    const hn::ScalableTag<T> d;
+    if (nr % static_cast<Index>(hn::Lanes(d)) == 0) return add_bias(d, s, src, nbj, nr, valid, keys, check);
+    return add_bias(hn::CappedTag<T, 1>(), s, src, nbj, nr, valid, keys, check);
+}
+
 template <class T>
 bool all_finite(const T* s, Index count) {
     const hn::ScalableTag<T> d;
@@ -274,6 +391,14 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
     const Index Dk = p.Dk, Dv = p.Dv, mr = L.mr, nr = L.nr, n = L.n;
     const Index rows = i1 - i0, panels = (rows + nr - 1) / nr;
     const T neg_inf = -std::numeric_limits<T>::infinity();
+    // ALiBi's distances |i + Tk - Tq - j| counted in vectors of T (step 3c): exact while every count, padding lanes
+    // included, is below 2^digits (2^24 in float); beyond, bias_at per element.
+    const bool alibi_in_vectors =
+        p.alibi && p.Tq + p.Tk + 2 * nr < (Index(1) << std::numeric_limits<T>::digits);
+    // The explicit bias transposed as stored (step 3c, transpose_bias): where a -inf logit is a blocked one
+    // (check_finite), the bias is stored in the compute type and ALiBi's term, if any, comes in vectors; else
+    // bias_tile.
+    const bool bias_raw = p.bias && options.check_finite && std::is_same_v<S, T> && (!p.alibi || alibi_in_vectors);
 
     // 1. pack q^T: panel jq holds (dim p, query lane rr) at p * nr + rr, zero rows past i1.
     T* qp = w.qp.get(L.q_panels * L.ps_q);
@@ -378,23 +503,33 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
 
             // 3c. the bias (explicit, ALiBi's, or both: SdpaProblem::bias_at), one addition per allowed logit after
             // the cap; a -inf bias blocks its key (the logit becomes -inf whatever it was); the sum of two finite
-            // numbers may still overflow.
-            if (p.has_bias())
-                for (Index rr = 0; rr < nr && jq * nr + rr < rows; ++rr) {
-                    const Index i = jq * nr + rr;
-                    const Index begin = std::clamp<Index>(w.row_begin[i] - k0, 0, nbj);
-                    const Index end = std::clamp<Index>(w.row_end[i] - k0, begin, nbj);
-                    for (Index c = begin; c < end; ++c) {
-                        const Index j = w.keys[k0 + c];
-                        if (!p.mask_allows(b, i0 + i, j)) continue;
-                        T& x = s[c * nr + rr];
-                        const T bias = p.bias_at(b, i0 + i, j);
-                        x = bias == neg_inf ? neg_inf : x + bias;
-                        if (options.check_finite && !std::isfinite(x) && bias != neg_inf)
-                            throw_overflow(p.function, "a logit plus its bias", p.batch_index_string(b), i0 + i,
-                                           p.shapes);
-                    }
+            // numbers may still overflow. The explicit bias is transposed into a tile like s, ALiBi's term computed in
+            // vectors from its distances.
+            if (p.has_bias()) {
+                const Index r0 = jq * nr, valid = std::min(nr, rows - r0);
+                BiasSource<T> src;
+                if (p.bias || !alibi_in_vectors) {
+                    T* bt = w.bias.get(L.Bk_pad * nr);
+                    src.tile = bt;
+                    src.raw = bias_raw;
+                    if constexpr (std::is_same_v<S, T>)
+                        if (bias_raw)
+                            transpose_bias(p.bias_row(b, i0 + r0), p.bias_row_stride, p.bias_key_stride,
+                                           w.keys.data() + k0, nbj, nr, valid, bt);
+                    if (!bias_raw)
+                        bias_tile(p, b, i0 + r0, valid, w.keys.data() + k0, nbj, nr, w.row_begin.data() + r0,
+                                  w.row_end.data() + r0, k0, p.alibi && !alibi_in_vectors, bt);
                 }
+                if (alibi_in_vectors) {
+                    src.alibi = true, src.neg_slope = -p.alibi_slope(b);
+                    src.alibi_base = i0 + r0 + p.Tk - p.Tq;
+                }
+                const Index bad =
+                    add_bias_any_width(s, src, nbj, nr, valid, w.keys.data() + k0, options.check_finite);
+                if (bad >= 0)
+                    throw_overflow(p.function, "a logit plus its bias", p.batch_index_string(b), i0 + r0 + bad,
+                                   p.shapes);
+            }
 
             // 4. online softmax: s^T becomes p^T; acc and l are rescaled to the new max.
             online_softmax_any_width(s, nbj, nr, w.row_max.data() + jq * nr, w.row_sum.data() + jq * nr, accj,

@@ -145,6 +145,53 @@ TEMPLATE_TEST_CASE("a -inf bias is a false in the mask and a broadcast bias its 
         }
 }
 
+TEMPLATE_TEST_CASE("the tiled kernel adds a bias with the same bits whichever way it reads it", "[sdpa][bias][tiled]",
+                   float, double) {
+    // Under check_finite the kernel transposes the bias as stored (4 x 4 blocks where the keys are contiguous) and
+    // lets a blocked logit's -inf keep the bias out; without it, it gathers the allowed entries one by one. Finite
+    // inputs must give the same bits both ways, whatever the bias's layout, with NaN and -inf where no query reads.
+    using T = TestType;
+    std::mt19937_64 rng(7102 + sizeof(T));
+    const Index B = 2, Tq = 45, Tk = 133, D = 8;
+    const Tensor<T> q = normal_tensor<T>({B, Tq, D}, rng), k = normal_tensor<T>({B, Tk, D}, rng),
+                    v = normal_tensor<T>({B, Tk, D}, rng);
+    Tensor<bool> allowed({B, Tq, Tk});
+    std::bernoulli_distribution keep(0.8);
+    for (Index x = 0; x < allowed.numel(); ++x) allowed[x] = keep(rng);
+    Tensor<T> bias = normal_tensor<T>({B, Tq, Tk}, rng, 2.0);
+    for (Index x = 0; x < bias.numel(); ++x)
+        if (!allowed[x]) bias[x] = static_cast<T>(x % 2 ? -inf : std::numeric_limits<double>::quiet_NaN());
+    Tensor<T> bias_t({B, Tk, Tq});  // the same bias stored key-major: a strided view (keys Tq apart)
+    for (Index b = 0; b < B; ++b)
+        for (Index i = 0; i < Tq; ++i)
+            for (Index j = 0; j < Tk; ++j) bias_t({b, j, i}) = bias({b, i, j});
+    const TensorView<const T> strided = TensorView<const T>(bias_t.view()).transpose(-2, -1);
+    const Tensor<T> per_key = normal_tensor<T>({Tk}, rng, 3.0);  // broadcast over queries: row stride 0
+    Tensor<T> slopes({B});  // one per batch element
+    slopes[0] = static_cast<T>(0.25), slopes[1] = static_cast<T>(0.0625);
+    for (const bool causal : {false, true})
+        for (int layout = 0; layout < 3; ++layout)
+            for (const bool alibi : {false, true}) {
+                SdpaOptions options;
+                options.backend = Backend::Tiled;
+                options.is_causal = causal;
+                options.alignment = CausalAlignment::BottomRight;
+                options.tiled_key_block = 64;
+                options.tiled_query_block = 32;
+                options.empty_rows = EmptyRowPolicy::Zero;
+                if (layout == 0) options.bias = bias;
+                if (layout == 1) options.bias = strided;
+                if (layout == 2) options.bias = per_key.view();
+                if (alibi) options.alibi_slopes = slopes;
+                INFO((causal ? "causal, " : "") << "layout " << layout << (alibi ? ", ALiBi" : ""));
+                const auto checked = scaled_dot_product_attention(q.view(), k.view(), v.view(), allowed.view(), options);
+                options.check_finite = false;
+                const auto unchecked = scaled_dot_product_attention(q.view(), k.view(), v.view(), allowed.view(), options);
+                CHECK(same_bits(checked.output, unchecked.output));
+                for (Index x = 0; x < checked.output.numel(); ++x) REQUIRE(std::isfinite(checked.output[x]));
+            }
+}
+
 TEMPLATE_TEST_CASE("with a bias, capped or not, both backends are within the oracle's bound of their models",
                    "[sdpa][bias][oracle]", float, double) {
     using T = TestType;

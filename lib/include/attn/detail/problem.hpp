@@ -40,9 +40,15 @@ struct SdpaProblem {
 
     // An additive term on the logits: an explicit bias, ALiBi, or both.
     bool has_bias() const { return bias || alibi; }
+    // Row i of batch element b of the explicit bias (only with one; keys bias_key_stride apart) and of the allowed
+    // mask (nullptr without one; keys allowed_mask->stride(-1) apart), for loops over keys.
+    const T* bias_row(Index b, Index i) const { return bias->data() + bias_offset[b] + i * bias_row_stride; }
+    const bool* mask_row(Index b, Index i) const {
+        return allowed_mask ? allowed_mask->data() + mask_offset[b] + i * allowed_mask->stride(-2) : nullptr;
+    }
     // The explicit bias of (query i, key j) of batch element b, widened exactly to the compute type (only with one).
     compute_t<T> explicit_bias(Index b, Index i, Index j) const {
-        return static_cast<compute_t<T>>(bias->data()[bias_offset[b] + i * bias_row_stride + j * bias_key_stride]);
+        return static_cast<compute_t<T>>(bias_row(b, i)[j * bias_key_stride]);
     }
     // ALiBi's slope of batch element b (only with slopes) and its distance |i + Tk - Tq - j| (exact in the compute
     // type while below 2^24 in float).
@@ -80,6 +86,20 @@ struct SdpaProblem {
     std::string batch_index_string(Index b) const;
 };
 
+// Row i of batch element b of a problem's explicit bias and allowed mask, their key strides read once, for the loops
+// over keys of the contract checks and the tiled kernel. Only with a bias.
+template <class T>
+struct BiasRow {
+    const T* bias;
+    const bool* mask;  // nullptr: no explicit mask
+    Index bias_stride, mask_stride;
+    BiasRow(const SdpaProblem<T>& p, Index b, Index i)
+        : bias(p.bias_row(b, i)), mask(p.mask_row(b, i)), bias_stride(p.bias_key_stride),
+          mask_stride(p.allowed_mask ? p.allowed_mask->stride(-1) : 0) {}
+    bool mask_allows(Index j) const { return !mask || mask[j * mask_stride]; }
+    compute_t<T> at(Index j) const { return static_cast<compute_t<T>>(bias[j * bias_stride]); }
+};
+
 // Validates shapes and options and resolves broadcasting. Throws ShapeError/ConfigError naming `function`,
 // the tensors and their shapes.
 template <class T>
@@ -93,6 +113,9 @@ struct Readability {
     std::vector<char> key_readable;  // [Tk]
     std::vector<char> row_nonempty;  // [Tq]
     Index first_empty_row = -1;      // -1 when every row has an allowed key
+    // With a bias: the first (row, key) in C order where the rule and the mask let a query read a NaN or +inf bias
+    // (-1 when none), found in the same pass; check_contracts reports it under check_finite.
+    Index bad_bias_row = -1, bad_bias_key = -1;
 };
 
 template <class T>
