@@ -437,6 +437,55 @@ inline double decode_softcap(const MaskSpec& m) {
     return caps[(m.density >> 2) & 3u];
 }
 
+// The case's additive bias and ALiBi slopes (SdpaOptions::bias, alibi_slopes), from the same spare bits: bits 0-1
+// equal to 11 and bit 7 of the empty-row byte set turn them on, an eighth of the inputs (never with a window or a
+// cap); bits 2-3 pick an explicit bias (01), ALiBi (10) or both (00, 11). No saved finding of regressions/fuzz has
+// that pattern with that bit, so each still decodes its own case. Where on, the bias's shape and layout and the
+// slopes' shape come from the bytes after the mask spec, the values after the mask's bits (make_bias, make_slopes).
+struct BiasSpec {
+    bool bias = false, alibi = false;
+    Shape bias_shape, slopes_shape;
+    Layout bias_layout;
+};
+
+inline BiasSpec decode_bias_spec(FuzzedDataProvider& in, const MaskSpec& m, const Dims& dims) {
+    BiasSpec b;
+    if ((m.density & 3u) != 3u || !(m.empty_row & 0x80u)) return b;
+    const unsigned pick = (m.density >> 2) & 3u;
+    b.bias = pick != 2u;
+    b.alibi = pick != 1u;
+    if (b.bias) {
+        b.bias_shape = broadcastable_shape(in, dims.scores(), 2);
+        b.bias_layout = Layout::decode(in);
+    }
+    if (b.alibi) b.slopes_shape = broadcastable_shape(in, dims.batch, 0);
+    return b;
+}
+
+// The explicit bias: values from the case's value source, and -inf (a blocked key) at every p-th position in
+// storage order, p from a byte: never, or 2 to 8.
+template <class T>
+Operand<T> make_bias(FuzzedDataProvider& in, ValueSource<T>& values, const BiasSpec& spec) {
+    const unsigned period = in.ConsumeIntegral<std::uint8_t>() % 8u;
+    Index n = 0;
+    return make_operand<T>("bias", spec.bias_shape, spec.bias_layout, [&](Index) {
+        const T x = values.next();
+        return period != 0 && n++ % static_cast<Index>(period + 1) == 0 ? T(-std::numeric_limits<double>::infinity())
+                                                                          : x;
+    });
+}
+
+// ALiBi's slopes: the standard range (2^-8 to 1), 0, or anything the value source gives (NaN, huge, negative: a
+// NaN slope or one whose largest term overflows is a ValueError whatever check_finite says).
+template <class T>
+Operand<T> make_slopes(FuzzedDataProvider& in, ValueSource<T>& values, const BiasSpec& spec) {
+    return make_operand<T>("alibi_slopes", spec.slopes_shape, Layout{}, [&](Index) {
+        constexpr double table[] = {0x1p-8, 0x1p-3, 0.5, 1, 0};
+        const unsigned pick = in.ConsumeIntegral<std::uint8_t>() % 8u;
+        return pick < 5 ? static_cast<T>(table[pick]) : values.next();
+    });
+}
+
 // Builds the mask operand of `spec` with shape `shape` (the spec's, or a corrupted one). Random bits come from the
 // input, eight per byte.
 inline Operand<bool> make_mask(FuzzedDataProvider& in, const MaskSpec& spec, const Shape& shape) {
@@ -508,6 +557,8 @@ inline std::string describe(const SdpaOptions& o) {
              to_string(o.window->alignment);
     if (o.scale) s += ",scale=" + std::to_string(*o.scale);
     if (o.softcap != 0) s += ",softcap=" + std::to_string(o.softcap);
+    if (o.bias) s += ",bias=" + to_string(o.bias->shape());
+    if (o.alibi_slopes) s += ",alibi=" + to_string(o.alibi_slopes->shape());
     if (!o.check_finite) s += ",check_finite=0";
     if (o.return_weights) s += ",weights=1";
     if (o.num_threads != 1) s += ",threads=" + std::to_string(o.num_threads);
@@ -518,50 +569,6 @@ inline std::string describe(const SdpaOptions& o) {
 // ---------------------------------------------------------------------------------------------------------------
 // The model: which keys each query may read, computed from the broadcast mask and the causal rule written out
 // here. Used to predict errors and empty rows, and to find the inputs a backend must look at.
-
-struct AllowedModel {
-    Shape batch;
-    Index batch_count = 1, Tq = 0, Tk = 0;
-    std::vector<char> allowed;  // [batch_count][Tq][Tk]
-    std::vector<char> row_nonempty;  // [batch_count][Tq]
-
-    bool at(Index b, Index i, Index j) const { return allowed[static_cast<std::size_t>((b * Tq + i) * Tk + j)]; }
-    bool nonempty(Index b, Index i) const { return row_nonempty[static_cast<std::size_t>(b * Tq + i)]; }
-    bool any_empty_row() const {
-        for (char c : row_nonempty)
-            if (!c) return true;
-        return false;
-    }
-};
-
-inline AllowedModel model_allowed(const Shape& batch, Index Tq, Index Tk, const TensorView<const bool>* allowed_mask,
-                                  const SdpaOptions& o) {
-    AllowedModel m;
-    m.batch = batch;
-    m.batch_count = numel(batch);
-    m.Tq = Tq;
-    m.Tk = Tk;
-    m.allowed.assign(static_cast<std::size_t>(m.batch_count * Tq * Tk), 0);
-    m.row_nonempty.assign(static_cast<std::size_t>(m.batch_count * Tq), 0);
-    Shape scores = batch;
-    scores.push_back(Tq);
-    scores.push_back(Tk);
-    Index n = 0;
-    for_each_index(scores, [&](std::span<const Index> idx) {
-        const Index i = idx[idx.size() - 2], j = idx[idx.size() - 1];
-        bool a = true;
-        if (o.is_causal) a = o.alignment == CausalAlignment::TopLeft ? j <= i : j <= i + Tk - Tq;
-        if (a && o.window) {  // FlashAttention's (bottom-right) or JAX's (top-left) band, written out here too
-            const Index d = o.window->alignment == CausalAlignment::TopLeft ? i : i + Tk - Tq;
-            a = (o.window->left < 0 || j >= d - o.window->left) && (o.window->right < 0 || j <= d + o.window->right);
-        }
-        if (a && allowed_mask) a = broadcast_get(*allowed_mask, scores, idx);
-        m.allowed[static_cast<std::size_t>(n)] = a;
-        if (a) m.row_nonempty[static_cast<std::size_t>(n / Tk)] = 1;
-        ++n;
-    });
-    return m;
-}
 
 // Multi-index of flat batch index b, followed by (i, j).
 inline Shape batch_index(const Shape& batch, Index b, Index i, Index j) {
@@ -575,6 +582,78 @@ inline Shape batch_index(const Shape& batch, Index b, Index i, Index j) {
     return idx;
 }
 
+struct AllowedModel {
+    Shape batch;
+    Index batch_count = 1, Tq = 0, Tk = 0;
+    std::vector<char> allowed;  // [batch_count][Tq][Tk]
+    std::vector<char> row_nonempty;  // [batch_count][Tq]
+    // The additive bias: a row reads a NaN or +inf bias ([batch_count][Tq], 1 when not); the largest |bias| a query
+    // reads plus ALiBi's largest |term|; a slope ALiBi refuses (NaN, or slope * max(Tq - 1, Tk - 1) not finite).
+    std::vector<char> row_bias_finite;
+    long double max_abs_additive = 0;
+    bool slopes_refused = false;
+
+    bool at(Index b, Index i, Index j) const { return allowed[static_cast<std::size_t>((b * Tq + i) * Tk + j)]; }
+    bool nonempty(Index b, Index i) const { return row_nonempty[static_cast<std::size_t>(b * Tq + i)]; }
+    bool any_empty_row() const {
+        for (char c : row_nonempty)
+            if (!c) return true;
+        return false;
+    }
+};
+
+// bias and slopes (when given) are the explicit bias and ALiBi's slopes as decoded, broadcast here to the scores and
+// the batch: a -inf bias blocks its key.
+template <class T = double>
+AllowedModel model_allowed(const Shape& batch, Index Tq, Index Tk, const TensorView<const bool>* allowed_mask,
+                           const SdpaOptions& o, const TensorView<const T>* bias = nullptr,
+                           const TensorView<const T>* slopes = nullptr) {
+    AllowedModel m;
+    m.batch = batch;
+    m.batch_count = numel(batch);
+    m.Tq = Tq;
+    m.Tk = Tk;
+    m.allowed.assign(static_cast<std::size_t>(m.batch_count * Tq * Tk), 0);
+    m.row_nonempty.assign(static_cast<std::size_t>(m.batch_count * Tq), 0);
+    m.row_bias_finite.assign(static_cast<std::size_t>(m.batch_count * Tq), 1);
+    Shape scores = batch;
+    scores.push_back(Tq);
+    scores.push_back(Tk);
+    Index n = 0;
+    for_each_index(scores, [&](std::span<const Index> idx) {
+        const Index i = idx[idx.size() - 2], j = idx[idx.size() - 1];
+        bool a = true;
+        if (o.is_causal) a = o.alignment == CausalAlignment::TopLeft ? j <= i : j <= i + Tk - Tq;
+        if (a && o.window) {  // FlashAttention's (bottom-right) or JAX's (top-left) band, written out here too
+            const Index d = o.window->alignment == CausalAlignment::TopLeft ? i : i + Tk - Tq;
+            a = (o.window->left < 0 || j >= d - o.window->left) && (o.window->right < 0 || j <= d + o.window->right);
+        }
+        if (a && allowed_mask) a = broadcast_get(*allowed_mask, scores, idx);
+        if (a && bias) {
+            const long double x = static_cast<long double>(broadcast_get(*bias, scores, idx));
+            if (x == -std::numeric_limits<long double>::infinity()) a = false;
+            else if (!std::isfinite(x)) m.row_bias_finite[static_cast<std::size_t>(n / Tk)] = 0;
+            else m.max_abs_additive = std::max(m.max_abs_additive, std::fabs(x));
+        }
+        m.allowed[static_cast<std::size_t>(n)] = a;
+        if (a) m.row_nonempty[static_cast<std::size_t>(n / Tk)] = 1;
+        ++n;
+    });
+    if (slopes) {  // in the compute type, as the library checks them
+        using C = compute_t<T>;
+        const C far = static_cast<C>(std::max<Index>({Tk - 1, Tq - 1, 0}));
+        long double largest = 0;
+        for (Index b = 0; b < m.batch_count; ++b) {
+            const Shape idx = batch_index(batch, b, 0, 0);
+            const C slope = static_cast<C>(broadcast_get(*slopes, batch, std::span<const Index>(idx.data(), batch.size())));
+            if (!std::isfinite(slope) || !std::isfinite(slope * far)) m.slopes_refused = true;
+            else largest = std::max(largest, std::fabs(static_cast<long double>(slope) * far));
+        }
+        m.max_abs_additive += largest;
+    }
+    return m;
+}
+
 // What the model knows of the inputs a query row reads: whether all are finite, and magnitudes for deciding
 // whether an overflow is possible.
 struct ReadSummary {
@@ -582,6 +661,7 @@ struct ReadSummary {
     std::vector<char> row_finite;  // [batch_count][Tq]: everything query row i of batch b may read is finite
     long double max_abs_dot = 0;  // max over allowed (b, i, j) of sum_d |q_id| |k_jd|
     long double max_abs_v = 0;    // max |v_jd| over readable j
+    long double max_abs_additive = 0;  // AllowedModel::max_abs_additive: the bias and ALiBi's term
 };
 
 // Offset of batch element b (flat, C order over `batch`) in a view whose leading dims broadcast to `batch`.
@@ -628,21 +708,25 @@ ReadSummary summarise_reads(const AllowedModel& m, const TensorView<const T>& q,
                     else s.max_abs_v = std::max(s.max_abs_v, std::fabs(static_cast<long double>(vd)));
                 }
             }
+            if (!m.row_bias_finite[static_cast<std::size_t>(b * m.Tq + i)]) row_finite = 0;
             if (!row_finite) s.all_finite = false;
         }
     }
+    s.max_abs_additive = m.max_abs_additive;
     return s;
 }
 
 // Whether finite inputs may legitimately overflow in dtype T: a logit scale * q.k (or the unscaled dot product a
-// gemm may form first) or a value reaches a quarter of T's max. Below that, a convex combination of the values and
-// a sum of Dk products with |.| < max/4 stay finite in any summation order (relative rounding error <= Dk u < 1).
+// gemm may form first) plus its bias, or a value, reaches a quarter of T's max. Below that, a convex combination of
+// the values and a sum of Dk products with |.| < max/4 stay finite in any summation order (relative rounding error
+// <= Dk u < 1).
 // 16-bit storage computes in float, and its results cannot overflow when rounded (a convex combination of 16-bit
 // values): float's limit is the one.
 template <class T>
 bool overflow_possible(const ReadSummary& s, double scale) {
     const long double limit = static_cast<long double>(std::numeric_limits<compute_t<T>>::max()) / 4;
-    const long double logit = s.max_abs_dot * std::max<long double>(1, std::fabs(static_cast<long double>(scale)));
+    const long double logit =
+        s.max_abs_dot * std::max<long double>(1, std::fabs(static_cast<long double>(scale))) + s.max_abs_additive;
     return logit >= limit || s.max_abs_v >= limit;
 }
 

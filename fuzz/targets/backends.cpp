@@ -34,6 +34,7 @@ void run(FuzzedDataProvider& in) {
     const MaskSpec spec = decode_mask_spec(in, dims);
     options.window = decode_window(spec);
     options.softcap = decode_softcap(spec);
+    const BiasSpec bias_spec = decode_bias_spec(in, spec, dims);
     const Layout ql = Layout::decode(in), kl = Layout::decode(in), vl = Layout::decode(in);
     ValueSource<T> values(in, profile);
     const auto fill = [&](Index) { return values.next(); };
@@ -45,6 +46,15 @@ void run(FuzzedDataProvider& in) {
     if (spec.kind != MaskKind::None) {
         mask = make_mask(in, spec, spec.shape);
         allowed_mask = mask->view;
+    }
+    std::optional<Operand<T>> bias, slopes;
+    if (bias_spec.bias) {
+        bias = make_bias(in, values, bias_spec);
+        options.bias = bias->view;
+    }
+    if (bias_spec.alibi) {
+        slopes = make_slopes(in, values, bias_spec);
+        options.alibi_slopes = slopes->view;
     }
     current_config() = std::string("backends(dtype=") + dtype_name<T>() + "," +
                        dims.describe() + ",q=" + to_string(qs) + ql.describe() + ",k=" + to_string(ks) +
@@ -63,7 +73,8 @@ void run(FuzzedDataProvider& in) {
     if (expected.result) {
         const auto batch = broadcast_model(*broadcast_model(Shape(qs.begin(), qs.end() - 2), Shape(ks.begin(), ks.end() - 2)),
                                            Shape(vs.begin(), vs.end() - 2));
-        model = model_allowed(*batch, dims.Tq, dims.Tk, mask ? &mask->view : nullptr, options);
+        model = model_allowed(*batch, dims.Tq, dims.Tk, mask ? &mask->view : nullptr, options,
+                              bias ? &bias->view : nullptr, slopes ? &slopes->view : nullptr);
         const ReadSummary reads = summarise_reads(*model, q.view, k.view, v.view);
         scale = options.scale ? *options.scale : dims.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(dims.Dk)) : 1.0;
         finite_case = reads.all_finite && !overflow_possible<T>(reads, scale);

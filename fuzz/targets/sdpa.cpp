@@ -55,6 +55,7 @@ void run(FuzzedDataProvider& in) {
     MaskSpec mask_spec = decode_mask_spec(in, dims);
     options.window = decode_window(mask_spec);
     options.softcap = decode_softcap(mask_spec);
+    const BiasSpec bias_spec = decode_bias_spec(in, mask_spec, dims);
     const Layout ql = Layout::decode(in), kl = Layout::decode(in), vl = Layout::decode(in);
     const auto fault_pick = in.ConsumeIntegral<std::uint8_t>();
     switch (corruption) {
@@ -91,6 +92,15 @@ void run(FuzzedDataProvider& in) {
         mask = make_mask(in, mask_spec, mask_spec.shape);
         allowed_mask = mask->view;
     }
+    std::optional<Operand<T>> bias, slopes;
+    if (bias_spec.bias) {
+        bias = make_bias(in, values, bias_spec);
+        options.bias = bias->view;
+    }
+    if (bias_spec.alibi) {
+        slopes = make_slopes(in, values, bias_spec);
+        options.alibi_slopes = slopes->view;
+    }
     current_config() = std::string("sdpa(dtype=") + dtype_name<T>() + "," +
                        dims.describe() + ",q=" + to_string(qs) + ql.describe() + ",k=" + to_string(ks) +
                        kl.describe() + ",v=" + to_string(vs) + vl.describe() + ",mask=" + kind_name(mask_spec.kind) +
@@ -115,7 +125,11 @@ void run(FuzzedDataProvider& in) {
         } else {
             Shape scores = *batch;
             scores.insert(scores.end(), {dims.Tq, dims.Tk});
-            if (mask && (mask_spec.shape.size() > scores.size() || broadcast_model(mask_spec.shape, scores) != scores))
+            const auto fits = [](const Shape& shape, const Shape& target) {
+                return shape.size() <= target.size() && broadcast_model(shape, target) == target;
+            };
+            if ((mask && !fits(mask_spec.shape, scores)) || (bias && !fits(bias_spec.bias_shape, scores)) ||
+                (slopes && !fits(bias_spec.slopes_shape, *batch)))
                 expect = Expect::ShapeError;
         }
     }
@@ -128,10 +142,12 @@ void run(FuzzedDataProvider& in) {
         expect = Expect::ConfigError;
     const double scale = options.scale ? *options.scale : dims.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(dims.Dk)) : 1.0;
     if (expect == Expect::Success) {
-        model = model_allowed(*batch, dims.Tq, dims.Tk, mask ? &mask->view : nullptr, options);
+        model = model_allowed(*batch, dims.Tq, dims.Tk, mask ? &mask->view : nullptr, options,
+                              bias ? &bias->view : nullptr, slopes ? &slopes->view : nullptr);
         reads = summarise_reads(model, q.view, k.view, v.view);
         may_overflow = overflow_possible<T>(reads, scale);
         if (model.any_empty_row() && options.empty_rows == EmptyRowPolicy::Throw) expect = Expect::MaskError;
+        else if (model.slopes_refused) expect = Expect::ValueError;  // whatever check_finite says
         else if (options.check_finite && !reads.all_finite) expect = Expect::ValueError;
     }
 
@@ -166,7 +182,9 @@ void run(FuzzedDataProvider& in) {
         }
         if (got == Expect::ValueError && !overflow)
             ATTN_FUZZ_REQUIRE(contains(message, "q " + to_string(qs)) || contains(message, "k " + to_string(ks)) ||
-                                  contains(message, "v " + to_string(vs)),
+                                  contains(message, "v " + to_string(vs)) ||
+                                  (bias && contains(message, "bias " + to_string(bias_spec.bias_shape))) ||
+                                  (slopes && contains(message, "alibi_slopes " + to_string(bias_spec.slopes_shape))),
                               "the message does not name the tensor holding the value: " + message);
         return;
     } catch (const std::exception& e) {
