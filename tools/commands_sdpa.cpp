@@ -3,12 +3,17 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "attention_inputs.hpp"
 #include "attn/attn.hpp"
 #include "attn/io/npy.hpp"
 #include "commands.hpp"
+#if ATTN_HAVE_REPORTS
+#include "attn/report/weights_map.hpp"
+#endif
 
 namespace attn::cli {
 
@@ -25,7 +30,34 @@ struct SdpaArgs {
     int num_threads = 0;
     bool no_check_finite = false;
     std::string dtype;  // --dtype: int16/uint16 files hold the bits of this 16-bit type
+    std::string plot_weights_path, head;  // --plot-weights FILE.svg, --head I,J,... (the batch element it shows)
 };
+
+// --head "1,3" -> the flat index (C order) of that element of the batch shape; "" is element 0.
+Index batch_element(const std::string& head, const Shape& batch_shape) {
+    std::vector<Index> idx;
+    std::stringstream list(head);
+    std::string part;
+    while (std::getline(list, part, ',')) {
+        try {
+            std::size_t used = 0;
+            idx.push_back(std::stoll(part, &used));
+            if (used != part.size()) throw std::invalid_argument(part);
+        } catch (const std::exception&) {
+            throw ConfigError("sdpa: --head " + head + " is not a list of integers (one per batch dim of " +
+                              to_string(batch_shape) + ")");
+        }
+    }
+    if (head.empty()) idx.assign(batch_shape.size(), 0);
+    bool inside = idx.size() == batch_shape.size();
+    for (std::size_t d = 0; inside && d < idx.size(); ++d) inside = idx[d] >= 0 && idx[d] < batch_shape[d];
+    if (!inside)
+        throw ConfigError("sdpa: --head " + head + " is not an element of the batch shape " + to_string(batch_shape) +
+                          " (one index per batch dim, e.g. B,H for 4-D inputs)");
+    Index flat = 0;
+    for (std::size_t d = 0; d < idx.size(); ++d) flat = flat * batch_shape[d] + idx[d];
+    return flat;
+}
 
 // q, k, v share the dtype T; the output and weights are written in T too.
 template <class T>
@@ -39,7 +71,7 @@ void run_sdpa(const SdpaArgs& args, const AttentionFiles& in) {
                       : args.backend == "tiled"   ? Backend::Tiled
                                                   : Backend::Auto;
     options.num_threads = args.num_threads;
-    options.return_weights = !args.weights_path.empty();
+    options.return_weights = !args.weights_path.empty() || !args.plot_weights_path.empty();
     const std::optional<Tensor<T>> bias = in.bias_tensor<T>();  // broadcastable to (..., Tq, Tk)
     if (bias) options.bias = *bias;
     const std::optional<Tensor<T>> slopes = in.alibi_tensor<T>();  // broadcastable to (...)
@@ -48,7 +80,22 @@ void run_sdpa(const SdpaArgs& args, const AttentionFiles& in) {
     if (in.allowed_mask) allowed_view = in.allowed_mask->view();  // broadcastable to (..., Tq, Tk)
     const SdpaResult<T> result = scaled_dot_product_attention(q.view(), k.view(), v.view(), allowed_view, options);
     npy::write_file<T>(args.out_path, result.output.view());                            // (..., Tq, Dv)
-    if (result.weights) npy::write_file<T>(args.weights_path, result.weights->view());  // (..., Tq, Tk)
+    if (result.weights && !args.weights_path.empty())
+        npy::write_file<T>(args.weights_path, result.weights->view());  // (..., Tq, Tk)
+    if (args.plot_weights_path.empty()) return;
+#if ATTN_HAVE_REPORTS
+    const Shape& w_shape = result.weights->shape();  // (batch..., Tq, Tk)
+    const Shape batch_shape(w_shape.begin(), w_shape.end() - 2);
+    const Index b = batch_element(args.head, batch_shape);
+    std::string title = "attention weights, batch element " + (args.head.empty() ? to_string(Shape(batch_shape.size(), 0)) : "[" + args.head + "]");
+    const report::WeightsMap map =
+        report::weights_map<T>("sdpa", q.view(), k.view(), v.view(), allowed_view, options, result.weights->view(), b,
+                               std::move(title));
+    const std::string problem = report::write_weights_map(map, args.plot_weights_path);
+    if (!problem.empty()) throw IoError("sdpa: --plot-weights " + args.plot_weights_path + ": " + problem);
+#else
+    throw ConfigError("sdpa: --plot-weights needs the report library (configure with ATTN_BUILD_REPORTS on)");
+#endif
 }
 
 int sdpa_command(const SdpaArgs& args) {
@@ -101,6 +148,12 @@ Action add_sdpa_command(CLI::App& app) {
                      "Output (..., Tq, Dv), written in the dtype of q (bfloat16 to .npy as its int16 bits)")
         ->required();
     sdpa->add_option("--weights", args->weights_path, "Also write the attention weights (..., Tq, Tk)");
+    sdpa->add_option("--plot-weights", args->plot_weights_path,
+                     "Draw the weights of one batch element as a heatmap (SVG, gnuplot): log colour scale, the keys a "
+                     "query may not read in grey, the causal diagonal and window edges as lines");
+    sdpa->add_option("--head", args->head,
+                     "The batch element --plot-weights draws, one index per batch dim (B,H for 4-D inputs; default "
+                     "the first)");
     return [sdpa, args]() -> int { return sdpa->parsed() ? sdpa_command(*args) : not_mine; };
 }
 

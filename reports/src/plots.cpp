@@ -83,17 +83,6 @@ std::string fixed_fields(const Sweep& sweep, const Case& c) {
     return s.str();
 }
 
-bool run_gnuplot(const fs::path& script, std::string& problem) {
-    const fs::path log = fs::path(script).replace_extension(".log");
-    const std::string command = "gnuplot " + quoted(script.string()) + " > " + quoted(log.string()) + " 2>&1";
-    const int status = std::system(command.c_str());
-    if (status == 0) return true;
-    std::ifstream in(log);
-    std::ostringstream text;
-    text << in.rdbuf();
-    problem = "gnuplot failed on " + script.filename().string() + ": " + text.str();
-    return false;
-}
 
 const char* colour(Dtype dtype) {
     switch (dtype) {
@@ -250,6 +239,18 @@ void plot_tightness_histogram(const std::vector<Row>& rows, const fs::path& work
 
 }  // namespace
 
+bool run_gnuplot(const fs::path& script, std::string& problem) {
+    const fs::path log = fs::path(script).replace_extension(".log");
+    const std::string command = "gnuplot " + quoted(script.string()) + " > " + quoted(log.string()) + " 2>&1";
+    const int status = std::system(command.c_str());
+    if (status == 0) return true;
+    std::ifstream in(log);
+    std::ostringstream text;
+    text << in.rdbuf();
+    problem = "gnuplot failed on " + script.filename().string() + ": " + text.str();
+    return false;
+}
+
 Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
     Plots result;
     if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
@@ -267,6 +268,7 @@ Plots make_plots(const std::vector<Row>& rows, const std::string& report_dir) {
     for (const std::string& impl : impls)
         for (const Sweep& sweep : sweeps) plot_sweep(rows, impl, sweep, work, plot_dir, result);
     plot_tightness_histogram(rows, work, plot_dir, result);
+    plot_weights_maps(plot_dir.string(), result);
 
     std::error_code ignored;
     fs::remove_all(work, ignored);

@@ -292,7 +292,10 @@ Section plots_section(const Plots& plots, bool wanted) {
                 "output elements of a row. Middle: the maximum relative error (against sum_k p_k |V_k|) in units of "
                 "the dtype's unit roundoff u, so float and double share an axis. Right: the maximum of error / bound; "
                 "the dotted line at 1 is the bound itself. Rows with no error at all are drawn at the tick labelled "
-                "0. Float in blue, double in red, float16 in green, bfloat16 in orange.");
+                "0. Float in blue, double in red, float16 in green, bfloat16 in orange. The weights maps after them "
+                "show, for one small case per mask and variant, the weights of batch element 0 on a log colour scale, "
+                "the keys a query may not read in grey, the causal diagonal and the window's edges as lines "
+                "(`attn sdpa --plot-weights` draws the same map for any inputs).");
     for (const Plot& p : plots.plots) s.plot(p.path, p.alt);
     for (const std::string& problem : plots.problems) s.paragraph("Plot not drawn: " + problem);
     return s;

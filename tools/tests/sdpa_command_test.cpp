@@ -128,6 +128,17 @@ TEST_CASE("attn sdpa reports bad input on stderr with exit code 2", "[cli][error
         CHECK(run.exit_code == 2);
         CHECK(run.stderr_text.find("ask for weights with --backend reference or --backend auto") != std::string::npos);
     }
+    SECTION("--plot-weights draws the batch element --head names, and refuses one outside the batch") {
+        const Run run = run_attn(scratch, worked_example_args(scratch) + " --causal top-left --plot-weights '" +
+                                              (scratch / "w.svg") + "' --head 0");
+        INFO(run.stderr_text);
+        CHECK(run.exit_code == 0);
+        CHECK(slurp(scratch / "w.svg").find("batch element [0]") != std::string::npos);
+        const Run outside = run_attn(scratch, worked_example_args(scratch) + " --plot-weights '" +
+                                                  (scratch / "w.svg") + "' --head 1");
+        CHECK(outside.exit_code == 2);
+        CHECK(outside.stderr_text.find("--head 1 is not an element of the batch shape [1]") != std::string::npos);
+    }
     SECTION("a NaN where a query reads, in the command line's terms") {
         npy::write_file<float>(scratch / "q.npy", Tensor<float>({1, 3, 4}, {1, 0, 1, 0, 0, NAN, 0, 1, 1, 1, 0, 0}).view());
         const Run run = run_attn(scratch, worked_example_args(scratch));
