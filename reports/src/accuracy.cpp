@@ -96,7 +96,7 @@ std::vector<Row> measure_t(const std::vector<const suite::Implementation*>& impl
     try {
         const suite::SdpaCase sdpa_case = suite::make_case(row_config(c, "*", dtype));
         in = suite::make_inputs<T>(sdpa_case);
-        options = sdpa_case.options;
+        options = in.with_bias(sdpa_case.options);
     } catch (const std::exception& e) {
         for (Row& row : rows) row.error = std::string("inputs: ") + e.what();
         return rows;
@@ -209,6 +209,8 @@ nlohmann::json to_json(const Row& row) {
         {"mask", to_string(c.mask_kind)}, {"dist", to_string(c.distribution)}, {"logit_std", c.logit_std},
     };
     if (c.softcap != 0) j["softcap"] = c.softcap;  // absent when off (older files have none)
+    if (c.bias != "none") j["bias"] = c.bias;       // the same
+    if (c.alibi != "none") j["alibi"] = c.alibi;
     j["error"] = row.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.error);
     j["elements"] = row.elements;
     j["max_ulp"] = number(row.max_ulp);
@@ -261,6 +263,8 @@ Row row_from_json(const nlohmann::json& j) {
                                           "dist");
         c.logit_std = number_from_json(field("logit_std"));
         c.softcap = j.contains("softcap") ? number_from_json(j.at("softcap")) : 0.0;
+        c.bias = j.contains("bias") ? j.at("bias").get<std::string>() : "none";
+        c.alibi = j.contains("alibi") ? j.at("alibi").get<std::string>() : "none";
         row.error = field("error").is_null() ? "" : field("error").get<std::string>();
         row.elements = field("elements").get<Index>();
         row.max_ulp = number_from_json(field("max_ulp"));

@@ -53,6 +53,8 @@ std::string seed_text(const Case& c) {
       << ",mask=" << to_string(c.mask_kind) << ",dist=" << to_string(c.distribution);
     if (c.distribution == Distribution::LargeLogits) s << ",logit_std=" << c.logit_std;
     if (c.softcap != 0) s << ",softcap=" << c.softcap;
+    if (c.bias != "none") s << ",bias=" << c.bias;
+    if (c.alibi != "none") s << ",alibi=" << c.alibi;
     s << ")";
     return s.str();
 }
@@ -82,6 +84,8 @@ suite::CaseConfig row_config(const Case& c, const std::string& impl, Dtype dtype
     // The cap is a value of the type the logits are computed in (float for all but double), as a scale is.
     if (c.softcap != 0)
         config.softcap = suite::scale_is_float(dtype) ? static_cast<double>(static_cast<float>(c.softcap)) : c.softcap;
+    config.bias = c.bias;
+    config.alibi = c.alibi;
     config.seed = fnv1a(seed_text(c));
     config.empty_rows = EmptyRowPolicy::Zero;
     config.impl = impl;
@@ -129,6 +133,27 @@ void add_softcap(std::vector<Case>& cases, const std::vector<double>& caps, cons
             }
 }
 
+// Biased rows: every bias kind of the suite's recipes (normal, +-1000, an ALiBi-like ramp, one per key, one per query
+// row), ALiBi's standard slopes and slopes per batch element, and a bias with ALiBi after Gemma 2's cap of 50; with
+// logits of each standard deviation and each mask.
+void add_bias(std::vector<Case>& cases, const std::vector<double>& logit_stds, const std::vector<MaskKind>& masks) {
+    struct Variant {
+        const char* bias;
+        const char* alibi;
+        double softcap;
+    };
+    const Variant variants[] = {{"normal", "none", 0}, {"large", "none", 0}, {"alibi", "none", 0},
+                                {"keys", "none", 0},   {"rows", "none", 0},  {"none", "heads", 0},
+                                {"none", "batch", 0},  {"normal", "heads", 50}};
+    for (const Variant& v : variants)
+        for (double s : logit_stds)
+            for (MaskKind m : masks) {
+                Case c{"bias", 2, 4, 8, 64, 32, 32, m, Distribution::LargeLogits, s};
+                c.bias = v.bias, c.alibi = v.alibi, c.softcap = v.softcap;
+                cases.push_back(c);
+            }
+}
+
 void add_cross(std::vector<Case>& cases, const std::vector<Shape6>& shapes) {
     for (const Shape6& s : shapes)
         for (Distribution d : all_distributions)
@@ -163,12 +188,14 @@ std::vector<Case> make_grid(GridKind grid) {
         case GridKind::Quick:
             add_sweeps(cases, powers_of_two(4096), powers_of_two(512), {0.25, 1, 4, 16, 64, 256, 1024});
             add_softcap(cases, {0.1, 1, 5, 50}, {1, 64});
+            add_bias(cases, {1}, {MaskKind::CausalBottomRight});
             add_cross(cases, {{2, 2, 7, 9, 16, 8}, {1, 2, 33, 17, 24, 40}});
             break;
         case GridKind::Full:
             add_sweeps(cases, dense_sizes(16384), dense_sizes(1024),
                        {0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
             add_softcap(cases, {0.05, 0.1, 0.5, 1, 5, 20, 50}, {1, 16, 256});
+            add_bias(cases, {1, 64}, {MaskKind::None, MaskKind::CausalBottomRight, MaskKind::Padding});
             add_cross(cases, {{2, 2, 7, 9, 16, 8},
                               {1, 2, 33, 17, 24, 40},
                               {2, 3, 64, 200, 64, 64},

@@ -40,12 +40,15 @@ using suite::to_string;                             // Dtype: "float", "double"
 
 // One grid point, independent of the implementation and the dtype.
 struct Case {
-    std::string sweep;  // which sweep it belongs to: "tk", "dk", "logit-scale", "softcap", "grid" (plots select by it)
+    std::string sweep;  // which sweep it belongs to: "tk", "dk", "logit-scale", "softcap", "bias", "grid" (plots select by it)
     Index B = 1, H = 1, Tq = 1, Tk = 1, Dk = 1, Dv = 1;
     MaskKind mask_kind = MaskKind::None;
     Distribution distribution = Distribution::Normal;
     double logit_std = 1;  // only meaningful (and only printed) for LargeLogits
     double softcap = 0;    // SdpaOptions::softcap of the "softcap" sweep (0: off, not printed)
+    // The "bias" sweep's additive bias and ALiBi slopes: the suite's recipe kinds (attn/suite/recipe.hpp's draw_bias
+    // and draw_alibi; "none": off, not printed).
+    std::string bias = "none", alibi = "none";
 };
 
 // The config of a report row: the case run by `impl` in `dtype`, with empty_rows=zero (bottom-right causal masks
