@@ -184,6 +184,9 @@ inline SdpaCase with_identity_values(const SdpaCase& c) {
 // window is window_allows below.
 Tensor<bool> expanded_allowed(const SdpaCase& c);
 
+// The case's explicit bias (SdpaCase::bias) broadcast to (B, H, Tq, Tk); zeros without one. ALiBi's term is not in it.
+Tensor<double> expanded_bias(const SdpaCase& c);
+
 // The sliding window's semantics as the suite states them, written out and independent of attn::PositionRule:
 // FlashAttention's i + Tk - Tq - left <= j <= i + Tk - Tq + right (bottom-right), JAX's i - left <= j <= i + right
 // (top-left), a side of -1 unbounded.

@@ -112,15 +112,30 @@ Tensor<bool> expanded_allowed(const SdpaCase& c) {
     Tensor<bool> full({c.B, c.H, c.Tq, c.Tk}, true);
     std::optional<TensorView<const bool>> m;
     if (c.allowed_mask) m = c.allowed_mask->view().broadcast_to({c.B, c.H, c.Tq, c.Tk}, "suite", "allowed_mask");
+    const Tensor<double> bias = expanded_bias(c);
     for (Index b = 0; b < c.B; ++b)
         for (Index h = 0; h < c.H; ++h)
             for (Index i = 0; i < c.Tq; ++i)
                 for (Index j = 0; j < c.Tk; ++j) {
+                    const Index x = ((b * c.H + h) * c.Tq + i) * c.Tk + j;
                     bool a = !m || (*m)({b, h, i, j});
                     if (c.options.is_causal) a = a && causal_allows(i, j, c.Tq, c.Tk, c.options.alignment);
                     if (c.options.window) a = a && window_allows(*c.options.window, i, j, c.Tq, c.Tk);
-                    full[((b * c.H + h) * c.Tq + i) * c.Tk + j] = a;
+                    a = a && bias[x] != -std::numeric_limits<double>::infinity();  // a -inf bias blocks the key
+                    full[x] = a;
                 }
+    return full;
+}
+
+Tensor<double> expanded_bias(const SdpaCase& c) {
+    Tensor<double> full({c.B, c.H, c.Tq, c.Tk}, 0.0);
+    if (!c.bias) return full;
+    const TensorView<const double> bias = c.bias->view().broadcast_to({c.B, c.H, c.Tq, c.Tk}, "suite", "bias");
+    Index x = 0;
+    for (Index b = 0; b < c.B; ++b)
+        for (Index h = 0; h < c.H; ++h)
+            for (Index i = 0; i < c.Tq; ++i)
+                for (Index j = 0; j < c.Tk; ++j) full[x++] = bias({b, h, i, j});
     return full;
 }
 

@@ -17,7 +17,7 @@ Property a_nan_reaches_only_the_rows_that_read_it() {
     p.sentence = "With check_finite off, a NaN in one element of k makes every output of exactly the query rows that "
                  "may read that key NaN, a NaN in one element of v that column of those rows, and every other output "
                  "stays finite and within the oracle's bound of what it is without the NaN.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::Causal}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::Causal, .bias = true}); };
     p.cost = 3;
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         const Tensor<bool> allowed = expanded_allowed(c);  // (B, H, Tq, Tk), the causal rule folded in

@@ -52,7 +52,7 @@ Property cross_attention_matches_oracle() {
     p.name = "cross_attention_matches_oracle";
     p.sentence = "Cross-attention with Tq != Tk matches the oracle within its bound, and self-attention equals "
                  "cross-attention with memory = x, bitwise.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.cross = true}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.cross = true, .bias = true}); };
     p.required = {Regime::MaskedLogit, Regime::SingleAllowedKey};
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {

@@ -15,7 +15,7 @@ Property empty_rows_follow_the_policy() {
     p.sentence = "Rows with no allowed key follow the policy: Throw names the first such row, Zero gives zero rows and "
                  "the oracle's values elsewhere with no NaN, a NaN input still propagates under Zero, and Nan gives "
                  "NaN rows and the oracle's values elsewhere.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::EmptyRows}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::EmptyRows, .bias = true}); };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         const Tensor<bool> allowed = expanded_allowed(c);
         std::vector<char> empty(static_cast<std::size_t>(c.B * c.H * c.Tq), 1);

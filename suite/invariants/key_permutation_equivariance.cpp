@@ -22,12 +22,21 @@ Property key_permutation_equivariance() {
     p.name = "key_permutation_equivariance";
     p.sentence = "Permuting keys and values together leaves every output row unchanged, and permuting queries permutes "
                  "the output rows, within the oracle's bound.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d); };
-    p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.bias = true}); };
+    p.check = [](const Implementation& impl, const SdpaCase& drawn) -> Verdict {
+        // ALiBi ties a logit to the positions of its query and key, so a case's slopes are dropped here; an explicit
+        // bias is expanded to (B, H, Tq, Tk) (the same bits as broadcast) and permuted with the keys and queries.
+        SdpaCase c = drawn;
+        c.alibi_slopes.reset();
+        c.alibi_kind = "none";
+        if (c.bias) {
+            c.bias = expanded_bias(drawn);
+            c.bias_kind = drawn.bias_kind + "-expanded";
+        }
         Rng rng(c.aux_seed);
         const std::vector<Index> key_of = permutation(c.Tk, rng), query_of = permutation(c.Tq, rng);
         // Permuted case: key j' holds key key_of[j']; query i' is query query_of[i']; the mask (expanded, with the
-        // causal rule folded in) permuted alike.
+        // causal rule folded in) and the bias permuted alike.
         SdpaCase perm = c;
         const Tensor<bool> allowed = expanded_allowed(c);
         Tensor<bool> m({c.B, c.H, c.Tq, c.Tk});
@@ -37,6 +46,15 @@ Property key_permutation_equivariance() {
                     m[(bh * c.Tq + i) * c.Tk + j] = allowed[(bh * c.Tq + query_of[static_cast<std::size_t>(i)]) * c.Tk +
                                                             key_of[static_cast<std::size_t>(j)]];
         perm.allowed_mask = std::move(m);
+        if (c.bias) {
+            Tensor<double>& bias = *perm.bias;  // (B, H, Tq, Tk)
+            for (Index bh = 0; bh < c.B * c.H; ++bh)
+                for (Index i = 0; i < c.Tq; ++i)
+                    for (Index j = 0; j < c.Tk; ++j)
+                        bias[(bh * c.Tq + i) * c.Tk + j] = (*c.bias)[(bh * c.Tq + query_of[static_cast<std::size_t>(i)]) *
+                                                                        c.Tk + key_of[static_cast<std::size_t>(j)]];
+            perm.bias_kind = c.bias_kind + "-permuted";
+        }
         perm.mask_stride0 = false;
         drop_positional_options(perm);
         perm.mask_kind = c.mask_kind + "-permuted";

@@ -7,7 +7,7 @@ Property masked_keys_get_zero_weight() {
     Property p;
     p.name = "masked_keys_get_zero_weight";
     p.sentence = "Every blocked (query, key) pair gets exactly zero weight, for causal, padding, combined and random masks.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::Blocking}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::Blocking, .bias = true}); };
     p.required = {Regime::MaskedLogit, Regime::SingleAllowedKey, Regime::MaskRank2, Regime::MaskRank4};
     p.check = [](const Implementation& impl, const SdpaCase& original) -> Verdict {
         const SdpaCase c = with_identity_values(original);  // output row = weights row

@@ -12,7 +12,7 @@ Property outputs_are_convex_mixtures_of_readable_values() {
     p.name = "outputs_are_convex_mixtures_of_readable_values";
     p.sentence = "Each output row lies inside the per-column range of the value rows it may read, widened by the "
                  "oracle's bound.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.bias = true}); };
     p.required = {Regime::MaskedLogit, Regime::TieForRowMax, Regime::ExpOverflowLogits};
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {

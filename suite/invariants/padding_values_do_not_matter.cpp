@@ -31,7 +31,7 @@ Property padding_values_do_not_matter() {
     // position; the check compares it with the same case holding zeros there.
     p.generator = [](Dtype d) {
         return rc::gen::exec([d] {
-            SdpaCase c = *gen::sdpa_case(d, {.masks = gen::Masks::UnreadableKeys});
+            SdpaCase c = *gen::sdpa_case(d, {.masks = gen::Masks::UnreadableKeys, .bias = true});
             const std::vector<char> unreadable = unreadable_keys(c);
             const rc::Gen<double> garbage = gen::special_value(d);
             for (Index r = 0; r < c.B * c.kv_heads * c.Tk; ++r)
