@@ -202,15 +202,9 @@ double number_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json to_json(const Row& row) {
-    const Case& c = row.grid_case;
-    nlohmann::json j = {
-        {"config", row.config}, {"impl", row.impl}, {"dtype", to_string(row.dtype)}, {"sweep", c.sweep},
-        {"B", c.B}, {"H", c.H}, {"Tq", c.Tq}, {"Tk", c.Tk}, {"Dk", c.Dk}, {"Dv", c.Dv},
-        {"mask", to_string(c.mask_kind)}, {"dist", to_string(c.distribution)}, {"logit_std", c.logit_std},
-    };
-    if (c.softcap != 0) j["softcap"] = c.softcap;  // absent when off (older files have none)
-    if (c.bias != "none") j["bias"] = c.bias;       // the same
-    if (c.alibi != "none") j["alibi"] = c.alibi;
+    // The row's case, implementation and dtype are its config string's (row_from_json reads them back from it): only
+    // the sweep, which the string does not name, is kept beside it.
+    nlohmann::json j = {{"config", row.config}, {"sweep", row.grid_case.sweep}};
     j["error"] = row.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.error);
     j["elements"] = row.elements;
     j["max_ulp"] = number(row.max_ulp);
@@ -242,29 +236,34 @@ Row row_from_json(const nlohmann::json& j) {
     try {
         Row row;
         row.config = field("config").get<std::string>();
-        row.impl = field("impl").get<std::string>();
-        row.dtype = enum_from_string(field("dtype").get<std::string>(),
-                                     {Dtype::Float, Dtype::Double, Dtype::Float16, Dtype::BFloat16}, "dtype");
         Case& c = row.grid_case;
         c.sweep = field("sweep").get<std::string>();
-        c.B = field("B").get<Index>();
-        c.H = field("H").get<Index>();
-        c.Tq = field("Tq").get<Index>();
-        c.Tk = field("Tk").get<Index>();
-        c.Dk = field("Dk").get<Index>();
-        c.Dv = field("Dv").get<Index>();
-        c.mask_kind = enum_from_string(field("mask").get<std::string>(),
-                                       {MaskKind::None, MaskKind::CausalTopLeft, MaskKind::CausalBottomRight,
-                                        MaskKind::Padding, MaskKind::Random, MaskKind::Window},
-                                       "mask");
-        c.distribution = enum_from_string(field("dist").get<std::string>(),
-                                          {Distribution::Normal, Distribution::LargeLogits, Distribution::NearTies,
-                                           Distribution::WideRange, Distribution::Subnormal},
-                                          "dist");
-        c.logit_std = number_from_json(field("logit_std"));
-        c.softcap = j.contains("softcap") ? number_from_json(j.at("softcap")) : 0.0;
-        c.bias = j.contains("bias") ? j.at("bias").get<std::string>() : "none";
-        c.alibi = j.contains("alibi") ? j.at("alibi").get<std::string>() : "none";
+        if (!j.contains("B")) {
+            // Schema 3: the case, the implementation and the dtype from the config string alone.
+            case_from_config(row.config, c, row.impl, row.dtype);
+        } else {  // schemas 1 and 2 wrote them out
+            row.impl = field("impl").get<std::string>();
+            row.dtype = enum_from_string(field("dtype").get<std::string>(),
+                                         {Dtype::Float, Dtype::Double, Dtype::Float16, Dtype::BFloat16}, "dtype");
+            c.B = field("B").get<Index>();
+            c.H = field("H").get<Index>();
+            c.Tq = field("Tq").get<Index>();
+            c.Tk = field("Tk").get<Index>();
+            c.Dk = field("Dk").get<Index>();
+            c.Dv = field("Dv").get<Index>();
+            c.mask_kind = enum_from_string(field("mask").get<std::string>(),
+                                           {MaskKind::None, MaskKind::CausalTopLeft, MaskKind::CausalBottomRight,
+                                            MaskKind::Padding, MaskKind::Random, MaskKind::Window},
+                                           "mask");
+            c.distribution = enum_from_string(field("dist").get<std::string>(),
+                                              {Distribution::Normal, Distribution::LargeLogits, Distribution::NearTies,
+                                               Distribution::WideRange, Distribution::Subnormal},
+                                              "dist");
+            c.logit_std = number_from_json(field("logit_std"));
+            c.softcap = j.contains("softcap") ? number_from_json(j.at("softcap")) : 0.0;
+            c.bias = j.contains("bias") ? j.at("bias").get<std::string>() : "none";
+            c.alibi = j.contains("alibi") ? j.at("alibi").get<std::string>() : "none";
+        }
         row.error = field("error").is_null() ? "" : field("error").get<std::string>();
         row.elements = field("elements").get<Index>();
         row.max_ulp = number_from_json(field("max_ulp"));

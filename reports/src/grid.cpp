@@ -47,6 +47,11 @@ GridKind grid_from_string(const std::string& name) {
     throw ConfigError("report: unknown grid '" + name + "' (known: smoke, quick, full)");
 }
 
+const MaskKind all_masks[] = {MaskKind::None,    MaskKind::CausalTopLeft, MaskKind::CausalBottomRight,
+                              MaskKind::Padding, MaskKind::Random,        MaskKind::Window};
+const Distribution all_distributions[] = {Distribution::Normal, Distribution::LargeLogits, Distribution::NearTies,
+                                          Distribution::WideRange, Distribution::Subnormal};
+
 std::string seed_text(const Case& c) {
     std::ostringstream s;
     s << "sdpa(B=" << c.B << ",H=" << c.H << ",Tq=" << c.Tq << ",Tk=" << c.Tk << ",Dk=" << c.Dk << ",Dv=" << c.Dv
@@ -96,17 +101,35 @@ std::string config_string(const Case& c, const std::string& impl, Dtype dtype) {
     return row_config(c, impl, dtype).to_config();
 }
 
+void case_from_config(const std::string& config, Case& c, std::string& impl, Dtype& dtype) {
+    suite::CaseConfig k;
+    try {
+        k = suite::parse_config(config);
+    } catch (const Error& e) {
+        throw IoError(std::string("report: accuracy.json: a row's config does not parse: ") + e.what());
+    }
+    const auto kind = [&](const std::string& name, const auto& all, const char* what) {
+        for (auto e : all)
+            if (name == to_string(e)) return e;
+        throw IoError("report: accuracy.json: row " + config + " has no report " + what + " '" + name + "'");
+    };
+    c.B = k.B, c.H = k.H, c.Tq = k.Tq, c.Tk = k.Tk, c.Dk = k.Dk, c.Dv = k.Dv;
+    c.mask_kind = kind(k.mask, all_masks, "mask");
+    c.distribution = kind(k.values, all_distributions, "distribution");
+    c.logit_std = k.logit_std.value_or(1.0);
+    c.softcap = k.softcap.value_or(0.0);  // as the row computed with it: rounded to float for all but double
+    c.bias = k.bias;
+    c.alibi = k.alibi;
+    impl = k.impl;
+    dtype = k.dtype;
+}
+
 // ---- grids ---------------------------------------------------------------------------------------------------
 //
 // The oracle dominates the cost: it does B*H*Tq*Tk*(Dk+Dv) multiply-adds in multiprecision per row, so the long
 // sweeps keep Tq small (decoding-like, and Tq != Tk) and the distribution x mask cross product uses small shapes.
 
 namespace {
-
-const MaskKind all_masks[] = {MaskKind::None,    MaskKind::CausalTopLeft, MaskKind::CausalBottomRight,
-                              MaskKind::Padding, MaskKind::Random,        MaskKind::Window};
-const Distribution all_distributions[] = {Distribution::Normal, Distribution::LargeLogits, Distribution::NearTies,
-                                          Distribution::WideRange, Distribution::Subnormal};
 
 struct Shape6 {
     Index B, H, Tq, Tk, Dk, Dv;

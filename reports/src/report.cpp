@@ -568,7 +568,7 @@ nlohmann::json fingerprint_json(const NumericsFingerprint& fingerprint) {
 nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const DriftMargin& margin,
                              const NumericsFingerprint& fingerprint) {
     nlohmann::json j;
-    j["schema"] = "attn-accuracy/2";
+    j["schema"] = "attn-accuracy/3";
     j["grid"] = to_string(grid);
     j["fingerprint"] = fingerprint_json(fingerprint);
     j["margin"] = {{"factor", margin.factor}, {"ulps", margin.ulps}, {"measure", "max_tightness"}};
@@ -592,10 +592,12 @@ std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid, 
     } catch (const nlohmann::json::exception& e) {
         throw IoError("report: " + path + " is not valid JSON: " + e.what());
     }
-    // Version 2 added the fingerprint and changed what the margin applies to; the rows are the same in both.
+    // Version 2 added the fingerprint and changed what the margin applies to; version 3 keeps a row's case, impl and
+    // dtype in its config string only (row_from_json reads every version's rows).
     const std::string schema = j.is_object() ? j.value("schema", "") : "";
-    if ((schema != "attn-accuracy/1" && schema != "attn-accuracy/2") || !j.contains("rows") || !j["rows"].is_array())
-        throw IoError("report: " + path + " is not an attn accuracy report (schema attn-accuracy/1 or /2)");
+    if ((schema != "attn-accuracy/1" && schema != "attn-accuracy/2" && schema != "attn-accuracy/3") ||
+        !j.contains("rows") || !j["rows"].is_array())
+        throw IoError("report: " + path + " is not an attn accuracy report (schema attn-accuracy/1, /2 or /3)");
     if (grid) *grid = j.value("grid", "?");
     if (fingerprint_id) {
         const auto f = j.find("fingerprint");

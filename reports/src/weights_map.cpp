@@ -44,7 +44,8 @@ WeightsMap weights_map(const std::string& function, TensorView<const T> q, Tenso
     for (Index i = 0; i < p.Tq; ++i)
         for (Index j = 0; j < p.Tk; ++j) {
             const std::size_t n = static_cast<std::size_t>(i * p.Tk + j);
-            m.weights[n] = static_cast<double>(weights.data()[offset + i * weights.stride(-2) + j * weights.stride(-1)]);
+            const Index at = offset + i * weights.stride(-2) + j * weights.stride(-1);
+            m.weights[n] = static_cast<double>(weights.data()[at]);
             m.blocked[n] = !p.allowed(b, i, j);
         }
     return m;
@@ -139,7 +140,8 @@ std::string write_weights_map(const WeightsMap& map, const std::string& svg) {
             gp << diagonal(d + static_cast<double>(r.window->right) + 0.5, map.Tq, map.Tk, "#ff7f0e", "2");
     }
     // Small maps cell by cell (crisp edges in every viewer); large ones as one embedded image.
-    gp << "plot \"" << gnuplot_text(data.string()) << "\" matrix with image" << (map.Tq * map.Tk <= 128 * 128 ? " pixels" : "") << "\n";
+    gp << "plot \"" << gnuplot_text(data.string()) << "\" matrix with image"
+       << (map.Tq * map.Tk <= 128 * 128 ? " pixels" : "") << " title 'weights'\n";
     gp.close();
     std::string problem;
     const bool drawn = run_gnuplot(script, problem);
@@ -166,7 +168,8 @@ void plot_weights_maps(const std::string& plot_dir, Plots& result) {
         {"softcap", "soft-cap 2 on logits of standard deviation 8", "mask=none,softcap=2"},
     };
     for (const Variant& v : variants) {
-        const std::string values = std::string(v.file) == "softcap" ? "values=large-logits,logit_std=8" : "values=normal";
+        const std::string values =
+            std::string(v.file) == "softcap" ? "values=large-logits,logit_std=8" : "values=normal";
         const std::string config = std::string("sdpa(B=2,H=2,Tq=24,Tk=40,Dk=16,Dv=16,") + v.fields +
                                    ",dtype=double," + values + ",seed=0x1,empty_rows=zero,impl=reference)";
         try {
@@ -177,10 +180,12 @@ void plot_weights_maps(const std::string& plot_dir, Plots& result) {
             options.return_weights = true;
             const SdpaResult<double> r =
                 scaled_dot_product_attention(in.q_view, in.k_view, in.v_view, in.allowed_view, options);
-            const WeightsMap map = weights_map<double>("report", in.q_view, in.k_view, in.v_view, in.allowed_view,
-                                                       options, r.weights->view(), 0, std::string(v.what) + "\n" + config);
-            const std::string path = "plots/weights_" + std::string(v.file) + ".svg";
-            const std::string problem = write_weights_map(map, (fs::path(plot_dir) / ("weights_" + std::string(v.file) + ".svg")).string());
+            const WeightsMap map =
+                weights_map<double>("report", in.q_view, in.k_view, in.v_view, in.allowed_view, options,
+                                    r.weights->view(), 0, std::string(v.what) + "\n" + config);
+            const std::string name = "weights_" + std::string(v.file) + ".svg";
+            const std::string path = "plots/" + name;
+            const std::string problem = write_weights_map(map, (fs::path(plot_dir) / name).string());
             if (problem.empty()) result.plots.push_back({path, std::string("weights map: ") + v.what, ""});
             else result.problems.push_back(problem);
         } catch (const std::exception& e) {

@@ -112,10 +112,11 @@ TEST_CASE("the subnormal distribution is subnormal in the dtype of the row") {
 
 TEST_CASE("a row survives its JSON form, non-finite numbers included") {
     Row r;
-    r.config = "sdpa(x)";
     r.impl = "reference";
     r.dtype = Dtype::Double;
     r.grid_case = {"tk", 1, 1, 3, 64, 64, 32, MaskKind::Padding, Distribution::LargeLogits, 16};
+    r.grid_case.bias = "keys";
+    r.config = config_string(r.grid_case, r.impl, r.dtype);
     r.max_ulp = std::numeric_limits<double>::infinity();
     r.p99_ulp = 1.5;
     r.max_tightness = 0.25;
@@ -124,14 +125,41 @@ TEST_CASE("a row survives its JSON form, non-finite numbers included") {
     r.error = "boom";
     const Row back = row_from_json(nlohmann::json::parse(to_json(r).dump()));
     CHECK(back.config == r.config);
+    // The case, the implementation and the dtype come back from the config string alone.
+    CHECK(back.impl == "reference");
     CHECK(back.dtype == Dtype::Double);
+    CHECK(back.grid_case.sweep == "tk");
     CHECK(back.grid_case.mask_kind == MaskKind::Padding);
+    CHECK(back.grid_case.distribution == Distribution::LargeLogits);
+    CHECK(back.grid_case.logit_std == 16);
+    CHECK(back.grid_case.bias == "keys");
+    CHECK(back.grid_case.Tq == 3);
     CHECK(back.grid_case.Tk == 64);
+    CHECK(back.grid_case.Dv == 32);
     CHECK(std::isinf(back.max_ulp));
     CHECK(back.p99_ulp == 1.5);
     CHECK(back.worst_index == r.worst_index);
     CHECK(back.error == "boom");
     CHECK_THROWS_AS(row_from_json(nlohmann::json{{"config", "x"}}), IoError);
+    nlohmann::json unparsable = to_json(r);
+    unparsable["config"] = "sdpa(x)";
+    CHECK_THROWS_AS(row_from_json(unparsable), IoError);
+}
+
+TEST_CASE("a row of schema 2, with its case written out, is still read") {
+    Row r;
+    r.grid_case = {"grid", 2, 2, 7, 9, 16, 8, MaskKind::Random, Distribution::NearTies, 16};
+    r.config = config_string(r.grid_case, "tiled", Dtype::Float);
+    nlohmann::json j = to_json(r);
+    // Schema 2's fields, deliberately other than the config string's: they are the ones read.
+    j.update({{"impl", "reference"}, {"dtype", "double"}, {"B", 3}, {"H", 1}, {"Tq", 5}, {"Tk", 6}, {"Dk", 4},
+              {"Dv", 2}, {"mask", "none"}, {"dist", "normal"}, {"logit_std", 1.0}});
+    const Row back = row_from_json(j);
+    CHECK(back.impl == "reference");
+    CHECK(back.dtype == Dtype::Double);
+    CHECK(back.grid_case.B == 3);
+    CHECK(back.grid_case.mask_kind == MaskKind::None);
+    CHECK(back.grid_case.bias == "none");
 }
 
 TEST_CASE("drift: tightness growth or fall within the margin passes, beyond it is a regression; ULP growth alone is not") {

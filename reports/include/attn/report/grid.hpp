@@ -57,6 +57,9 @@ struct Case {
 // The seed is the FNV-1a hash of the case's seed text, so every implementation and both dtypes see the same draws.
 suite::CaseConfig row_config(const Case& c, const std::string& impl, Dtype dtype);
 std::string config_string(const Case& c, const std::string& impl, Dtype dtype);  // row_config(...).to_config()
+// The other way: the case (all but its sweep, which no config names), the implementation and the dtype of a row's
+// config string; IoError when it does not parse or names no report case (accuracy.json keeps rows this short).
+void case_from_config(const std::string& config, Case& c, std::string& impl, Dtype& dtype);
 // sdpa(B=..,H=..,Tq=..,Tk=..,Dk=..,Dv=..,mask=<kind>,dist=<distribution>[,logit_std=..]): what the seed hashes
 // (the spelling of the report's first rows, kept so that every row keeps its inputs).
 std::string seed_text(const Case& c);
