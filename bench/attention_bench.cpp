@@ -111,7 +111,9 @@ void naive_attention(const T* q, const T* k, const T* v, T* out, Index batch, In
 struct Variant {
     std::optional<attn::SlidingWindow> window;
     double softcap = 0;
-    bool bias = false;   // an explicit bias (B, H, Tq, Tk) of normal values, PyTorch's float attn_mask per head
+    // An explicit bias of normal values: (B, H, Tq, Tk), a float attn_mask per head (the suite's kind "normal"), or
+    // with bias_matrix (Tq, Tk) for every head (kind "matrix", PyTorch's usual attn_mask).
+    bool bias = false, bias_matrix = false;
     bool alibi = false;  // ALiBi with the standard slopes (H), attn::alibi_slopes
 };
 
@@ -122,12 +124,14 @@ void bench_attention(benchmark::State& state, const std::string& impl, Index Tq,
     const auto k = random_tensor<T>({B, H, Tk, D}, 2);
     const auto v = random_tensor<T>({B, H, Tk, D}, 3);
     const std::optional<attn::SlidingWindow> window = variant.window;
-    const auto bias = variant.bias ? random_tensor<T>({B, H, Tq, Tk}, 4) : attn::Tensor<T>({0});
+    const auto bias = variant.bias_matrix ? random_tensor<T>({Tq, Tk}, 4)
+                      : variant.bias      ? random_tensor<T>({B, H, Tq, Tk}, 4)
+                                          : attn::Tensor<T>({0});
     attn::Tensor<T> slopes({H});
     const std::vector<double> standard = attn::alibi_slopes(H);
     for (Index h = 0; h < H; ++h) slopes[h] = static_cast<T>(standard[static_cast<std::size_t>(h)]);
     attn::SdpaOptions options;
-    if (variant.bias) options.bias = bias;
+    if (variant.bias || variant.bias_matrix) options.bias = bias;
     if (variant.alibi) options.alibi_slopes = slopes;
     options.is_causal = causal;
     options.alignment = attn::CausalAlignment::BottomRight;  // Tq <= Tk here: every row has a key
@@ -177,7 +181,8 @@ void register_all(bool quick, int reps_override) {
     // row of the same size (their cost is the tanh, the bias's reads and additions).
     shapes.push_back({Ts.back(), Ts.back(), false, Variant{std::nullopt, 50.0}});
     shapes.push_back({Ts.back(), Ts.back(), false, Variant{std::nullopt, 0, true}});
-    shapes.push_back({Ts.back(), Ts.back(), false, Variant{std::nullopt, 0, false, true}});
+    shapes.push_back({Ts.back(), Ts.back(), false, Variant{std::nullopt, 0, false, false, true}});  // ALiBi
+    shapes.push_back({Ts.back(), Ts.back(), false, Variant{std::nullopt, 0, false, true}});         // (Tq, Tk)
     const double min_time = quick ? 0.05 : 0.2;
     const int reps = reps_override > 0 ? reps_override : quick ? 3 : 5;
     for (int threads : {1, 2}) {
@@ -203,7 +208,7 @@ void register_all(bool quick, int reps_override) {
             for (const Shape& sh : shapes)
                 for (const char* impl : impls) {
                     const Variant& var = sh.variant;
-                    const bool variant = var.window || var.softcap != 0 || var.bias || var.alibi;
+                    const bool variant = var.window || var.softcap != 0 || var.bias || var.bias_matrix || var.alibi;
                     if (variant && (std::string(impl) != "tiled" || !std::is_same_v<T, float>)) continue;
                     attn::suite::CaseConfig row = config;
                     row.B = B, row.H = row.kv_heads = H, row.Tq = sh.Tq, row.Tk = sh.Tk, row.Dk = row.Dv = D;
@@ -211,6 +216,7 @@ void register_all(bool quick, int reps_override) {
                     row.window = var.window;
                     if (var.softcap != 0) row.softcap = var.softcap;
                     if (var.bias) row.bias = "normal";  // the suite's kind of a (B, H, Tq, Tk) bias
+                    if (var.bias_matrix) row.bias = "matrix";
                     if (var.alibi) row.alibi = "heads";
                     row.impl = impl;
                     const std::string name = row.to_config();

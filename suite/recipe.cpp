@@ -129,7 +129,7 @@ void draw_mask(SdpaCase& c, const CaseConfig& config, Rng& rng) {
 }  // namespace
 
 const std::vector<std::string>& bias_kinds() {
-    static const std::vector<std::string> kinds = {"normal", "large", "alibi", "keys", "rows"};
+    static const std::vector<std::string> kinds = {"normal", "large", "alibi", "keys", "rows", "matrix"};
     return kinds;
 }
 
@@ -156,6 +156,8 @@ void draw_bias(SdpaCase& c, const std::string& kind, Rng& rng) {
         c.bias = filled(d, {c.B, 1, 1, c.Tk}, [&] { return 2 * recipe_normal(rng); });
     } else if (kind == "rows") {
         c.bias = filled(d, {c.Tq, 1}, [&] { return 10 * recipe_normal(rng); });
+    } else if (kind == "matrix") {  // PyTorch's usual float attn_mask: one (Tq, Tk) for every batch element and head
+        c.bias = filled(d, {c.Tq, c.Tk}, [&] { return 2 * recipe_normal(rng); });
     } else {
         std::string known = "none";
         for (const std::string& k : bias_kinds()) known += ", " + k;

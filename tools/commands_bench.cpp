@@ -60,7 +60,8 @@ Row parse_name(const std::string& run_name) {
              : c.mask == "causal-br" ? "causal"
              : c.window              ? "window"  // GFLOP/s counted on the visible pairs (bench/attention_bench.cpp)
              : c.softcap             ? "softcap"
-             : c.bias != "none"      ? "bias"
+             : c.bias == "matrix"    ? "bias2d"  // (Tq, Tk) for every head
+             : c.bias != "none"      ? "bias4d"  // (B, H, Tq, Tk)
              : c.alibi != "none"     ? "alibi"
              : c.Tq == c.Tk          ? "self"
                                      : "cross";
@@ -268,8 +269,12 @@ void print_targets(Measured& m, bool quick, const MemoryFigures& memory) {
     const Row* s1 = find("tiled", "float", 1, "softcap", T);
     target("tiled float softcap / plain time, 1 thread", f1 && s1, f1 && s1 ? s1->median() / f1->median() : 0, 1.15,
            false, "x");
-    // An explicit (B, H, Tq, Tk) bias and ALiBi, the same way: the cost of reading and adding the bias.
-    const Row* b1 = find("tiled", "float", 1, "bias", T);
+    // An explicit bias, (Tq, Tk) for every head or (B, H, Tq, Tk), and ALiBi, the same way: the cost of reading and
+    // adding the bias.
+    const Row* b2 = find("tiled", "float", 1, "bias2d", T);
+    target("tiled float bias (Tq, Tk) / plain time, 1 thread", f1 && b2, f1 && b2 ? b2->median() / f1->median() : 0,
+           1.15, false, "x");
+    const Row* b1 = find("tiled", "float", 1, "bias4d", T);
     target("tiled float bias (B, H, Tq, Tk) / plain time, 1 thread", f1 && b1,
            f1 && b1 ? b1->median() / f1->median() : 0, 1.15, false, "x");
     const Row* a1 = find("tiled", "float", 1, "alibi", T);

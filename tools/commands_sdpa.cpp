@@ -87,7 +87,8 @@ void run_sdpa(const SdpaArgs& args, const AttentionFiles& in) {
     const Shape& w_shape = result.weights->shape();  // (batch..., Tq, Tk)
     const Shape batch_shape(w_shape.begin(), w_shape.end() - 2);
     const Index b = batch_element(args.head, batch_shape);
-    std::string title = "attention weights, batch element " + (args.head.empty() ? to_string(Shape(batch_shape.size(), 0)) : "[" + args.head + "]");
+    std::string title = "attention weights, batch element " +
+                        (args.head.empty() ? to_string(Shape(batch_shape.size(), 0)) : "[" + args.head + "]");
     const report::WeightsMap map =
         report::weights_map<T>("sdpa", q.view(), k.view(), v.view(), allowed_view, options, result.weights->view(), b,
                                std::move(title));

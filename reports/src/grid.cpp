@@ -157,7 +157,7 @@ void add_softcap(std::vector<Case>& cases, const std::vector<double>& caps, cons
 }
 
 // Biased rows: every bias kind of the suite's recipes (normal, +-1000, an ALiBi-like ramp, one per key, one per query
-// row), ALiBi's standard slopes and slopes per batch element, and a bias with ALiBi after Gemma 2's cap of 50; with
+// row, one (Tq, Tk) for all heads), ALiBi's standard slopes and slopes per batch element, and a bias with ALiBi after Gemma 2's cap of 50; with
 // logits of each standard deviation and each mask.
 void add_bias(std::vector<Case>& cases, const std::vector<double>& logit_stds, const std::vector<MaskKind>& masks) {
     struct Variant {
@@ -166,8 +166,8 @@ void add_bias(std::vector<Case>& cases, const std::vector<double>& logit_stds, c
         double softcap;
     };
     const Variant variants[] = {{"normal", "none", 0}, {"large", "none", 0}, {"alibi", "none", 0},
-                                {"keys", "none", 0},   {"rows", "none", 0},  {"none", "heads", 0},
-                                {"none", "batch", 0},  {"normal", "heads", 50}};
+                                {"keys", "none", 0},   {"rows", "none", 0},  {"matrix", "none", 0},
+                                {"none", "heads", 0},  {"none", "batch", 0}, {"normal", "heads", 50}};
     for (const Variant& v : variants)
         for (double s : logit_stds)
             for (MaskKind m : masks) {

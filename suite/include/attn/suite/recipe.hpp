@@ -32,6 +32,7 @@ SdpaCase make_case(const CaseConfig& config);
 //   alibi    (H, Tq, Tk) = -m_h |i + Tk - Tq - j|, m_h = 2^(-8 (h + 1) / H): ALiBi (bottom-right), written out
 //   keys     (B, 1, 1, Tk) ~ N(0, 2^2): one bias per key (a soft key padding)
 //   rows     (Tq, 1) ~ N(0, 10^2): constant along every row, so it changes no weight
+//   matrix   (Tq, Tk) ~ N(0, 2^2): one bias for every batch element and head, PyTorch's usual float attn_mask
 const std::vector<std::string>& bias_kinds();
 // Sets c.bias (and c.bias_kind) of `kind` ("none": no bias) from rng; ConfigError naming the kinds otherwise.
 void draw_bias(SdpaCase& c, const std::string& kind, Rng& rng);
