@@ -486,6 +486,28 @@ Operand<T> make_slopes(FuzzedDataProvider& in, ValueSource<T>& values, const Bia
     });
 }
 
+// The bias and the slopes `spec` asks for (make_bias, make_slopes), made after the mask's bits and set on `options`
+// (which then holds views of them: keep the operands alive while options is used).
+template <class T>
+struct BiasOperands {
+    std::optional<Operand<T>> bias, slopes;
+};
+
+template <class T>
+BiasOperands<T> make_bias_operands(FuzzedDataProvider& in, ValueSource<T>& values, const BiasSpec& spec,
+                                   SdpaOptions& options) {
+    BiasOperands<T> made;
+    if (spec.bias) {
+        made.bias = make_bias(in, values, spec);
+        options.bias = made.bias->view;
+    }
+    if (spec.alibi) {
+        made.slopes = make_slopes(in, values, spec);
+        options.alibi_slopes = made.slopes->view;
+    }
+    return made;
+}
+
 // Builds the mask operand of `spec` with shape `shape` (the spec's, or a corrupted one). Random bits come from the
 // input, eight per byte.
 inline Operand<bool> make_mask(FuzzedDataProvider& in, const MaskSpec& spec, const Shape& shape) {

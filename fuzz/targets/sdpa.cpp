@@ -92,15 +92,9 @@ void run(FuzzedDataProvider& in) {
         mask = make_mask(in, mask_spec, mask_spec.shape);
         allowed_mask = mask->view;
     }
-    std::optional<Operand<T>> bias, slopes;
-    if (bias_spec.bias) {
-        bias = make_bias(in, values, bias_spec);
-        options.bias = bias->view;
-    }
-    if (bias_spec.alibi) {
-        slopes = make_slopes(in, values, bias_spec);
-        options.alibi_slopes = slopes->view;
-    }
+    const BiasOperands<T> additive = make_bias_operands(in, values, bias_spec, options);
+    const std::optional<Operand<T>>& bias = additive.bias;
+    const std::optional<Operand<T>>& slopes = additive.slopes;
     current_config() = std::string("sdpa(dtype=") + dtype_name<T>() + "," +
                        dims.describe() + ",q=" + to_string(qs) + ql.describe() + ",k=" + to_string(ks) +
                        kl.describe() + ",v=" + to_string(vs) + vl.describe() + ",mask=" + kind_name(mask_spec.kind) +
