@@ -66,14 +66,36 @@ TensorView<T> merge_dims_1_2(TensorView<T> x, const std::string& name) {
     return TensorView<T>(x.data(), {x.dim(0), g * r, x.dim(3), x.dim(4)}, {x.stride(0), stride, x.stride(3), x.stride(4)});
 }
 
-// Why the head path takes no bias (Implementation::bias_unsupported), the one wording of its skip.
-constexpr const char* mha_no_bias = "an additive bias or ALiBi (the multi-head module's head path takes neither)";
+// A float option of the grouped layout (the bias up to (B, G, R, Tq, Tk), the slopes up to (B, G, R)) copied as
+// (B, G*R, ...): broadcast to the grouped `full` shape first, since G and R may broadcast differently. One that does
+// not broadcast is left as it is, for the library to refuse.
+template <class T>
+std::optional<Tensor<T>> merge_option_1_2(const std::optional<FloatView>& option, Shape full) {
+    const TensorView<const T>* view = option ? option->get<T>() : nullptr;
+    if (!view || full.size() < 3 || view->rank() > static_cast<Index>(full.size())) return std::nullopt;
+    try {
+        Tensor<T> copy = Tensor<T>::copy_of(view->broadcast_to(full, "suite mha", "option"));
+        full[1] *= full[2];
+        full.erase(full.begin() + 2);
+        return std::move(copy).reshaped(full);
+    } catch (const ShapeError&) {
+        return std::nullopt;
+    }
+}
 
 template <class T>
 SdpaResult<T> run_mha_path(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
-                           std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
-    if (o.bias || o.alibi_slopes) throw Unsupported(mha_no_bias);
+                           std::optional<TensorView<const bool>> m, SdpaOptions o) {
     if (m) m = merge_dims_1_2(*m, "allowed_mask");
+    std::optional<Tensor<T>> bias, slopes;  // alive for the call
+    if (q.rank() == 5) {
+        const Shape batch(q.shape().begin(), q.shape().end() - 2);
+        Shape scores = batch;
+        scores.push_back(q.dim(3));
+        scores.push_back(k.dim(3));
+        if ((bias = merge_option_1_2<T>(o.bias, scores))) o.bias = *bias;
+        if ((slopes = merge_option_1_2<T>(o.alibi_slopes, batch))) o.alibi_slopes = *slopes;
+    }
     return detail::mha_sdpa_path(merge_dims_1_2(q, "q"), merge_dims_1_2(k, "k"), merge_dims_1_2(v, "v"), m, o);
 }
 
@@ -105,7 +127,6 @@ std::vector<Implementation> build() {
     mha.run_double = run_mha_path<double>;
     mha.run_float16 = run_mha_path<float16>;
     mha.run_bfloat16 = run_mha_path<bfloat16>;
-    mha.bias_unsupported = mha_no_bias;
     all.push_back(std::move(mha));
     // Correct kernels in arithmetic the library's backends do not use, each under the error model that claims it.
     for (Implementation k : {kernels::fa2_style(), kernels::fa2_lazy(), kernels::flash_decoding()}) {

@@ -288,11 +288,13 @@ MhaResult<T> MultiHeadAttention<T>::run(const char* function_name, TensorView<co
     const Index B = states.B, Tq = states.Tq, Tk = states.Tk;
     detail::check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, " (" + shapes + ")");
     detail::check_softcap<compute_t<T>>(function, options.softcap, " (" + shapes + ")");
-    const detail::HeadMasks masks = detail::resolve_masks(function, shapes, allowed_mask, options, B, H_, Tq, Tk);
+    detail::HeadMasks masks = detail::resolve_masks(function, shapes, allowed_mask, options, B, H_, Tq, Tk);
+    const detail::HeadBias<T> bias = detail::resolve_bias<T>(function, shapes, options, masks, B, H_, Tq, Tk);
     const PositionRule positions = detail::position_rule(function, options, " (" + shapes + ")");
     const detail::HeadReadability readable = detail::head_readability(masks.allowed, positions, B, H_, Tq, Tk);
     detail::throw_if_empty_head_row(function, readable, positions, options.empty_rows, shapes + masks.shapes);
     if (options.check_finite) {
+        detail::check_head_bias<T>(function, bias, masks, positions, shapes + masks.shapes);
         for (const auto& [name, p] : {std::pair<const char*, const Tensor<T>*>{"q_proj_weight", &q_weight_},
                                       {"k_proj_weight", &k_weight_}, {"v_proj_weight", &v_weight_},
                                       {"out_proj_weight", &out_weight_}, {"q_proj_bias", &q_bias_},
@@ -320,7 +322,7 @@ MhaResult<T> MultiHeadAttention<T>::run(const char* function_name, TensorView<co
 
     // 2. heads: split, SDPA over (B, H), merge -> context (B, Tq, E).
     MhaResult<T> result =
-        detail::attend_heads<T>(function, q, k, v, H_, G_, masks, readable, options, {dropout_, dropout_seed_});
+        detail::attend_heads<T>(function, q, k, v, H_, G_, masks, bias, readable, options, {dropout_, dropout_seed_});
 
     // 3. output projection: (B, Tq, E) @ out_proj_weight^T (E, E) + out_proj_bias.
     result.output = project<T>(result.output.view(), out_weight_, out_bias_, options.num_threads);

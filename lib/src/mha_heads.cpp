@@ -57,7 +57,8 @@ namespace {
 // stride-0 R dim: every query head of group g reads kv head g = h / R, and no K/V head is ever copied.
 template <class T>
 SdpaResult<T> attend_split_heads(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v, Index H, Index G,
-                                 const HeadMasks& masks, const MhaOptions& options, bool return_weights) {
+                                 const HeadMasks& masks, const HeadBias<T>& bias, const MhaOptions& options,
+                                 bool return_weights) {
     const Index B = q.dim(0), Tq = q.dim(1), Tk = k.dim(1), R = H / G;
     const Index Dk = H > 0 ? q.dim(2) / H : 0, Dv = G > 0 ? v.dim(2) / G : 0;
     // split: (B, Tq, H*Dk) -> (B, Tq, G, R, Dk) -> transpose -> (B, G, R, Tq, Dk), strides only.
@@ -73,7 +74,20 @@ SdpaResult<T> attend_split_heads(TensorView<const T> q, TensorView<const T> k, T
         mask5 = TensorView<const bool>(m.data(), {B, G, R, Tq, Tk},
                                        {m.stride(0), R * m.stride(1), m.stride(1), m.stride(2), m.stride(3)});
     }
+    // The bias (B, H, Tq, Tk) and the slopes (B, H) viewed the same way, head h = g*R + r.
+    std::optional<TensorView<const T>> bias5, slopes3;
+    if (bias.bias) {
+        const TensorView<const T>& x = *bias.bias;
+        bias5 = TensorView<const T>(x.data(), {B, G, R, Tq, Tk},
+                                    {x.stride(0), R * x.stride(1), x.stride(1), x.stride(2), x.stride(3)});
+    }
+    if (bias.slopes) {
+        const TensorView<const T>& s = *bias.slopes;
+        slopes3 = TensorView<const T>(s.data(), {B, G, R}, {s.stride(0), R * s.stride(1), s.stride(1)});
+    }
     SdpaOptions sdpa;
+    if (bias5) sdpa.bias = *bias5;
+    if (slopes3) sdpa.alibi_slopes = *slopes3;
     sdpa.scale = options.scale;  // default 1/sqrt(Dk), SDPA's
     sdpa.is_causal = options.is_causal;
     sdpa.alignment = options.alignment;
@@ -169,12 +183,12 @@ Tensor<T> average_over_heads(const T* w, Index B, Index H, Index Tq, Index Tk) {
 
 template <class T>
 MhaResult<T> attend_heads(const std::string& function, TensorView<const T> q, TensorView<const T> k,
-                          TensorView<const T> v, Index H, Index G, const HeadMasks& masks,
+                          TensorView<const T> v, Index H, Index G, const HeadMasks& masks, const HeadBias<T>& bias,
                           const HeadReadability& readable, const MhaOptions& options, const MhaDropout& dropout) {
     const Index B = q.dim(0), Tq = q.dim(1), Tk = k.dim(1), Dv = G > 0 ? v.dim(2) / G : 0;
     const bool apply_dropout = options.training && dropout.p > 0.0;
     SdpaResult<T> attended =
-        attend_split_heads(q, k, v, H, G, masks, options, apply_dropout || options.weights != MhaWeights::None);
+        attend_split_heads(q, k, v, H, G, masks, bias, options, apply_dropout || options.weights != MhaWeights::None);
     MhaResult<T> result{Tensor<T>({B, Tq, H * Dv}), std::nullopt};
     if (!apply_dropout)
         merge_heads(attended.output.data(), B, H, Tq, Dv, result.output.data());
@@ -188,20 +202,12 @@ MhaResult<T> attend_heads(const std::string& function, TensorView<const T> q, Te
     return result;
 }
 
-template MhaResult<float> attend_heads<float>(const std::string&, TensorView<const float>, TensorView<const float>,
-                                              TensorView<const float>, Index, Index, const HeadMasks&,
-                                              const HeadReadability&, const MhaOptions&, const MhaDropout&);
-template MhaResult<double> attend_heads<double>(const std::string&, TensorView<const double>, TensorView<const double>,
-                                                TensorView<const double>, Index, Index, const HeadMasks&,
-                                                const HeadReadability&, const MhaOptions&, const MhaDropout&);
-template MhaResult<float16> attend_heads<float16>(const std::string&, TensorView<const float16>,
-                                                  TensorView<const float16>, TensorView<const float16>, Index, Index,
-                                                  const HeadMasks&, const HeadReadability&, const MhaOptions&,
-                                                  const MhaDropout&);
-template MhaResult<bfloat16> attend_heads<bfloat16>(const std::string&, TensorView<const bfloat16>,
-                                                    TensorView<const bfloat16>, TensorView<const bfloat16>, Index,
-                                                    Index, const HeadMasks&, const HeadReadability&, const MhaOptions&,
-                                                    const MhaDropout&);
+#define ATTN_INSTANTIATE(T)                                                                                      \
+    template MhaResult<T> attend_heads<T>(const std::string&, TensorView<const T>, TensorView<const T>,           \
+                                          TensorView<const T>, Index, Index, const HeadMasks&, const HeadBias<T>&, \
+                                          const HeadReadability&, const MhaOptions&, const MhaDropout&);
+ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
+#undef ATTN_INSTANTIATE
 
 namespace {
 
@@ -236,11 +242,13 @@ MhaResult<T> multi_head_sdpa_impl(TensorView<const T> q, TensorView<const T> k, 
     check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, " (" + shapes + ")");
     check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, " (" + shapes + ")");
     check_softcap<compute_t<T>>(function, options.softcap, " (" + shapes + ")");
-    const HeadMasks masks = resolve_masks(function, shapes, allowed_mask, options, B, H, Tq, Tk);
+    HeadMasks masks = resolve_masks(function, shapes, allowed_mask, options, B, H, Tq, Tk);
+    const HeadBias<T> bias = resolve_bias<T>(function, shapes, options, masks, B, H, Tq, Tk);
     const PositionRule positions = position_rule(function, options, " (" + shapes + ")");
     const HeadReadability readable = head_readability(masks.allowed, positions, B, H, Tq, Tk);
     throw_if_empty_head_row(function, readable, positions, options.empty_rows, shapes + masks.shapes);
     if (options.check_finite) {
+        check_head_bias<T>(function, bias, masks, positions, shapes + masks.shapes);
         // Per head: a NaN in a head slice nobody reads must not matter, as in SDPA.
         const auto kv_read = [&](Index b, Index g, Index j) { return readable.kv_head_read(b, g, G, j); };
         const std::string why = read_position_reason(shapes + masks.shapes);
@@ -249,7 +257,7 @@ MhaResult<T> multi_head_sdpa_impl(TensorView<const T> q, TensorView<const T> k, 
         check_head_rows(function, "k_projected", k, G, kv_read, why);
         check_head_rows(function, "v_projected", v, G, kv_read, why);
     }
-    return attend_heads<T>(function, q, k, v, H, G, masks, readable, options, dropout);
+    return attend_heads<T>(function, q, k, v, H, G, masks, bias, readable, options, dropout);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ void check_dropout(const std::string& function, double p);
 // Instantiated for float and double.
 template <class T>
 MhaResult<T> attend_heads(const std::string& function, TensorView<const T> q, TensorView<const T> k,
-                          TensorView<const T> v, Index H, Index G, const HeadMasks& masks,
+                          TensorView<const T> v, Index H, Index G, const HeadMasks& masks, const HeadBias<T>& bias,
                           const HeadReadability& readable, const MhaOptions& options, const MhaDropout& dropout);
 
 }  // namespace attn::detail

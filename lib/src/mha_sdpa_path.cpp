@@ -95,10 +95,10 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, shapes);
     if (options.window) check_window(function, *options.window, shapes);
     check_softcap<compute_t<T>>(function, options.softcap, shapes);
-    // The module has no additive bias (MhaOptions): refused rather than dropped.
-    if (options.bias || options.alibi_slopes)
-        throw ConfigError(function + ": the multi-head module's head path takes no additive bias or ALiBi slopes; "
-                          "call scaled_dot_product_attention with SdpaOptions::bias or alibi_slopes" + shapes);
+    // The bias broadcast to (batch..., Tq, Tk) and the slopes to the batch shape, as SDPA reads them.
+    std::optional<TensorView<const T>> bias_full, slopes_full;
+    if (options.bias) bias_full = broadcast_bias_to_scores<T>(function, *options.bias, with(batch, {Tq, Tk}), shapes);
+    if (options.alibi_slopes) slopes_full = broadcast_alibi_slopes<T>(function, *options.alibi_slopes, batch, shapes);
     if (H == 0 || B == 0) {  // no heads or no batch: SDPA's answer is empty too
         SdpaResult<T> empty{Tensor<T>(output_shape), std::nullopt};
         if (options.return_weights) empty.weights = Tensor<T>(weights_shape);
@@ -108,7 +108,13 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     if (mask_full) mask4 = Tensor<bool>::copy_of(*mask_full).reshaped({B, H, Tq, Tk});
     const Tensor<T> xq = pack_heads(function, q, leading, H, Tq, Dk), xk = pack_heads(function, k, leading, G, Tk, Dk),
                     xv = pack_heads(function, v, leading, G, Tk, Dv);
+    // The module's (B, H, Tq, Tk) bias and (B, H) slopes, contiguous.
+    std::optional<Tensor<T>> bias4, slopes2;
+    if (bias_full) bias4 = Tensor<T>::copy_of(*bias_full).reshaped({B, H, Tq, Tk});
+    if (slopes_full) slopes2 = Tensor<T>::copy_of(*slopes_full).reshaped({B, H});
     MhaOptions mha;
+    if (bias4) mha.bias = *bias4;
+    if (slopes2) mha.alibi_slopes = *slopes2;
     mha.is_causal = options.is_causal;
     mha.alignment = options.alignment;
     mha.window = options.window;

@@ -161,14 +161,22 @@ namespace {
 // A float tensor option (SdpaOptions::bias, alibi_slopes): of the inputs' dtype T (ConfigError otherwise) and
 // broadcastable to `target` (ShapeError otherwise, naming it as `target_name` and `target_detail`, with `hint`); the
 // view broadcast to it.
+// The option's view when it has the inputs' dtype T, a ConfigError naming it otherwise.
 template <class T>
-TensorView<const T> broadcast_float_option(const std::string& function, const char* name, const FloatView& option,
-                                           const Shape& target, const char* target_name, const char* target_detail,
-                                           const char* hint, const std::string& shapes) {
+const TensorView<const T>& float_option_view(const std::string& function, const char* name, const FloatView& option,
+                                             const std::string& shapes) {
     const TensorView<const T>* view = option.get<T>();
     if (!view)
         throw ConfigError(function + ": " + name + " has dtype " + option.dtype_name() + " but q, k and v have dtype " +
                           dtype_of<T>() + "; give it in the inputs' dtype" + shapes);
+    return *view;
+}
+
+template <class T>
+TensorView<const T> broadcast_float_option(const std::string& function, const char* name, const FloatView& option,
+                                           const Shape& target, const char* target_name, const char* target_detail,
+                                           const char* hint, const std::string& shapes) {
+    const TensorView<const T>* view = &float_option_view<T>(function, name, option, shapes);
     const std::string refused = function + ": " + name + " " + to_string(view->shape());
     if (view->rank() > static_cast<Index>(target.size()))
         throw ShapeError(refused + " has more dims than " + target_name + " " + to_string(target) + hint + shapes);
@@ -200,10 +208,7 @@ TensorView<const T> broadcast_alibi_slopes(const std::string& function, const Fl
                                                              const std::string&);                                \
     template TensorView<const T> broadcast_alibi_slopes<T>(const std::string&, const FloatView&, const Shape&,     \
                                                            const std::string&);
-ATTN_INSTANTIATE(float)
-ATTN_INSTANTIATE(double)
-ATTN_INSTANTIATE(float16)
-ATTN_INSTANTIATE(bfloat16)
+ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
 #undef ATTN_INSTANTIATE
 
 template <class T>
@@ -462,15 +467,9 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
     // ALiBi's slopes, whatever check_finite says: a NaN slope or a term -slope * |i + Tk - Tq - j| beyond the
     // compute type's range would turn every logit of its batch element into NaN or -inf.
     if (p.alibi)
-        for (Index b = 0; b < p.batch; ++b) {
-            using C = compute_t<T>;
-            const C slope = p.alibi_slope(b);
-            const C far = static_cast<C>(std::max<Index>({p.Tk - 1, p.Tq - 1, 0}));  // the largest distance
-            if (!std::isfinite(slope) || !std::isfinite(slope * far))
-                throw ValueError(p.function + ": alibi_slopes " + to_string(p.alibi->shape()) + " holds " +
-                                 std::to_string(static_cast<double>(slope)) + " at batch index " + p.batch_index_string(b) +
-                                 ": every slope must be finite, and slope * |i + Tk - Tq - j| too (" + p.shapes + ")");
-        }
+        for (Index b = 0; b < p.batch; ++b)
+            detail::check_alibi_slope(p.function, p.alibi_slope(b), p.Tq, p.Tk, p.alibi->shape(),
+                              "batch index " + p.batch_index_string(b), " (" + p.shapes + ")");
     if (!options.check_finite) return all;
     const auto fail = [&](const char* name, const Shape& shape, Index b, Index row, Index col, double value) {
         detail::throw_not_finite(p.function, name, shape, value, detail::batch_row_column(p.batch_index_string(b), row, col),
@@ -511,43 +510,193 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
                                                  const SdpaOptions&);                                             \
     template Readability readability<T>(const SdpaProblem<T>&, Index);                                            \
     template std::vector<Readability> check_contracts<T>(const SdpaProblem<T>&, const SdpaOptions&);
-ATTN_INSTANTIATE(float)
-ATTN_INSTANTIATE(double)
-ATTN_INSTANTIATE(float16)
-ATTN_INSTANTIATE(bfloat16)
+ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
 #undef ATTN_INSTANTIATE
 
 // ------------------------------------------------------------------------------------ the MHA module's mask contract
+
+namespace detail {
+
+template <class E>
+TensorView<const E> mha_scores_view(const std::string& function, const std::string& shapes, const char* name,
+                                    TensorView<const E> scores, Index B, Index H, Index Tq, Index Tk) {
+    const Shape target{B, H, Tq, Tk};
+    TensorView<const E> view = scores;
+    switch (scores.rank()) {
+        case 2: view = scores.unsqueeze(0).unsqueeze(0); break;
+        case 3: view = scores.unsqueeze(1); break;
+        case 4: break;
+        default:
+            throw ShapeError(function + ": " + name + " must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, Tk), got " +
+                             to_string(scores.shape()) + shapes);
+    }
+    try {
+        (void)view.broadcast_to(target, function, name);
+    } catch (const ShapeError&) {
+        throw ShapeError(function + ": " + name + " " + to_string(scores.shape()) +
+                         " does not broadcast to (B, H, Tq, Tk) = " + to_string(target) + shapes);
+    }
+    return view;
+}
+
+template <class E>
+TensorView<const E> mha_key_padding_view(const std::string& function, const std::string& shapes, const char* name,
+                                         TensorView<const E> padding, Index B, Index Tk) {
+    if (padding.rank() != 2 || padding.dim(0) != B || padding.dim(1) != Tk)
+        throw ShapeError(function + ": " + name + " must be (B, Tk) = " + to_string(Shape{B, Tk}) + ", got " +
+                         to_string(padding.shape()) + shapes);
+    return padding.unsqueeze(1).unsqueeze(1);  // the same keys for every head and query row
+}
+
+template <class C>
+void check_alibi_slope(const std::string& function, C slope, Index Tq, Index Tk, const Shape& slopes_shape,
+                       const std::string& where, const std::string& shapes) {
+    const C far = static_cast<C>(std::max<Index>({Tk - 1, Tq - 1, 0}));  // the largest distance |i + Tk - Tq - j|
+    if (!std::isfinite(slope) || !std::isfinite(slope * far))
+        throw ValueError(function + ": alibi_slopes " + to_string(slopes_shape) + " holds " +
+                         std::to_string(static_cast<double>(slope)) + " at " + where +
+                         ": every slope must be finite, and slope * |i + Tk - Tq - j| too" + shapes);
+}
+template void check_alibi_slope<float>(const std::string&, float, Index, Index, const Shape&, const std::string&,
+                                       const std::string&);
+template void check_alibi_slope<double>(const std::string&, double, Index, Index, const Shape&, const std::string&,
+                                        const std::string&);
+
+namespace {
+
+// Element (b, h, i, j) of a rank-4 view, size-1 dims read at 0.
+template <class E>
+const E& at4(const TensorView<const E>& x, Index b, Index h, Index i, Index j) {
+    return x.data()[(x.dim(0) == 1 ? 0 : b * x.stride(0)) + (x.dim(1) == 1 ? 0 : h * x.stride(1)) +
+                    (x.dim(2) == 1 ? 0 : i * x.stride(2)) + (x.dim(3) == 1 ? 0 : j * x.stride(3))];
+}
+
+// A dim of a view broadcast to the full target: 1 where it is broadcast (stride 0), else the target's size.
+Index own_dim(const TensorView<const bool>& broadcast, Index d) {
+    return broadcast.stride(d) == 0 ? 1 : broadcast.dim(d);
+}
+
+}  // namespace
+
+template <class T>
+HeadBias<T> resolve_bias(const std::string& function, const std::string& input_shapes, const MhaOptions& options,
+                         HeadMasks& masks, Index B, Index H, Index Tq, Index Tk) {
+    HeadBias<T> r;
+    if (options.bias) masks.shapes += ", bias " + to_string(options.bias->shape());
+    if (options.key_padding_bias) masks.shapes += ", key_padding_bias " + to_string(options.key_padding_bias->shape());
+    if (options.alibi_slopes) masks.shapes += ", alibi_slopes " + to_string(options.alibi_slopes->shape());
+    const std::string shapes = " (" + input_shapes + masks.shapes + ")";
+    const Shape target{B, H, Tq, Tk};
+    std::optional<TensorView<const T>> bias, padding, own;  // own: rank 4 with its size-1 dims
+    if (options.bias)
+        own = bias = mha_scores_view<T>(function, shapes, "bias", float_option_view<T>(function, "bias", *options.bias, shapes),
+                                        B, H, Tq, Tk);
+    if (options.key_padding_bias)
+        own = padding = mha_key_padding_view<T>(
+            function, shapes, "key_padding_bias",
+            float_option_view<T>(function, "key_padding_bias", *options.key_padding_bias, shapes), B, Tk);
+    if (bias && padding) {
+        // PyTorch's merge of the two float masks, attn_mask + key_padding_mask: one addition in the dtype (in
+        // compute_t<T>, rounded once).
+        using C = compute_t<T>;
+        const Shape shape{B, bias->dim(1), bias->dim(2), Tk};
+        Tensor<T> sum(shape);
+        T* out = sum.data();
+        for (Index b = 0; b < shape[0]; ++b)
+            for (Index h = 0; h < shape[1]; ++h)
+                for (Index i = 0; i < shape[2]; ++i)
+                    for (Index j = 0; j < Tk; ++j)
+                        *out++ = static_cast<T>(static_cast<C>(at4(*bias, b, h, i, j)) +
+                                                static_cast<C>(at4(*padding, b, 0, 0, j)));
+        r.owned = std::move(sum);
+        own = r.owned->view();
+    }
+    if (own) {
+        r.name = bias && padding ? "bias + key_padding_bias" : bias ? "bias" : "key_padding_bias";
+        r.shape = r.owned ? r.owned->shape() : bias ? options.bias->shape() : options.key_padding_bias->shape();
+        r.bias = own->broadcast_to(target, function, "bias");
+        // A -inf entry blocks its key: and-ed into the allowed mask, over the dims either of them spans.
+        bool blocks = false;
+        const T minus_inf = static_cast<T>(-std::numeric_limits<float>::infinity());
+        for (Index b = 0; b < own->dim(0) && !blocks; ++b)
+            for (Index h = 0; h < own->dim(1) && !blocks; ++h)
+                for (Index i = 0; i < own->dim(2) && !blocks; ++i)
+                    for (Index j = 0; j < own->dim(3) && !blocks; ++j) blocks = at4(*own, b, h, i, j) == minus_inf;
+        if (blocks) {
+            Shape shape(4);
+            for (Index d = 0; d < 4; ++d)
+                shape[static_cast<std::size_t>(d)] =
+                    own->dim(d) > 1 || (masks.allowed && own_dim(*masks.allowed, d) > 1) ? target[static_cast<std::size_t>(d)] : 1;
+            Tensor<bool> allowed(shape);
+            bool* out = allowed.data();
+            for (Index b = 0; b < shape[0]; ++b)
+                for (Index h = 0; h < shape[1]; ++h)
+                    for (Index i = 0; i < shape[2]; ++i)
+                        for (Index j = 0; j < shape[3]; ++j)
+                            *out++ = (!masks.allowed || at4(*masks.allowed, b, h, i, j)) && !(at4(*own, b, h, i, j) == minus_inf);
+            masks.owned = std::move(allowed);
+            masks.allowed = masks.owned->view().broadcast_to(target, function, "allowed_mask");
+        }
+    }
+    if (options.alibi_slopes) {
+        r.slopes = broadcast_alibi_slopes<T>(function, *options.alibi_slopes, {B, H}, shapes);
+        for (Index b = 0; b < B; ++b)
+            for (Index h = 0; h < H; ++h)
+                check_alibi_slope(function, static_cast<compute_t<T>>((*r.slopes)({b, h})), Tq, Tk,
+                                  options.alibi_slopes->shape(), "batch index " + to_string(Shape{b, h}), shapes);
+    }
+    return r;
+}
+
+template <class T>
+void check_head_bias(const std::string& function, const HeadBias<T>& bias, const HeadMasks& masks,
+                     const PositionRule& positions, const std::string& shapes) {
+    if (!bias.bias) return;
+    const TensorView<const T>& x = *bias.bias;
+    const Index B = x.dim(0), H = x.dim(1), Tq = x.dim(2), Tk = x.dim(3);
+    // A slice shared by every batch element (head) is checked once.
+    const bool same_b = x.stride(0) == 0 && (!masks.allowed || masks.allowed->stride(0) == 0);
+    const bool same_h = x.stride(1) == 0 && (!masks.allowed || masks.allowed->stride(1) == 0);
+    for (Index b = 0; b < (same_b ? std::min<Index>(B, 1) : B); ++b)
+        for (Index h = 0; h < (same_h ? std::min<Index>(H, 1) : H); ++h)
+            for (Index i = 0; i < Tq; ++i) {
+                const KeyRange range = positions.keys(i, Tq, Tk);
+                for (Index j = range.begin; j < range.end; ++j) {
+                    if (masks.allowed && !at4(*masks.allowed, b, h, i, j)) continue;
+                    const double value = static_cast<double>(at4(x, b, h, i, j));
+                    if (std::isnan(value) || value == std::numeric_limits<double>::infinity())
+                        throw_not_finite(function, bias.name, bias.shape, value,
+                                         batch_row_column(to_string(Shape{b, h}), i, j), read_position_reason(shapes));
+                }
+            }
+}
+
+#define ATTN_INSTANTIATE(T)                                                                                         \
+    template TensorView<const T> mha_scores_view<T>(const std::string&, const std::string&, const char*,            \
+                                                    TensorView<const T>, Index, Index, Index, Index);              \
+    template TensorView<const T> mha_key_padding_view<T>(const std::string&, const std::string&, const char*,       \
+                                                         TensorView<const T>, Index, Index);                        \
+    template HeadBias<T> resolve_bias<T>(const std::string&, const std::string&, const MhaOptions&, HeadMasks&,     \
+                                         Index, Index, Index, Index);                                               \
+    template void check_head_bias<T>(const std::string&, const HeadBias<T>&, const HeadMasks&, const PositionRule&, \
+                                     const std::string&);
+ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
+#undef ATTN_INSTANTIATE
+template TensorView<const bool> mha_scores_view<bool>(const std::string&, const std::string&, const char*,
+                                                      TensorView<const bool>, Index, Index, Index, Index);
+template TensorView<const bool> mha_key_padding_view<bool>(const std::string&, const std::string&, const char*,
+                                                           TensorView<const bool>, Index, Index);
+
+}  // namespace detail
 
 MhaMaskViews mha_mask_views(const std::string& function, const std::string& shapes,
                             std::optional<TensorView<const bool>> allowed_mask,
                             std::optional<TensorView<const bool>> key_padding_allowed, Index B, Index H, Index Tq,
                             Index Tk) {
     MhaMaskViews views;
-    const Shape target{B, H, Tq, Tk};
-    if (allowed_mask) {
-        switch (allowed_mask->rank()) {
-            case 2: views.mask = allowed_mask->unsqueeze(0).unsqueeze(0); break;
-            case 3: views.mask = allowed_mask->unsqueeze(1); break;
-            case 4: views.mask = *allowed_mask; break;
-            default:
-                throw ShapeError(function + ": allowed_mask must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, Tk), got " +
-                                 to_string(allowed_mask->shape()) + shapes);
-        }
-        try {
-            (void)views.mask->broadcast_to(target, function, "allowed_mask");
-        } catch (const ShapeError&) {
-            throw ShapeError(function + ": allowed_mask " + to_string(allowed_mask->shape()) +
-                             " does not broadcast to (B, H, Tq, Tk) = " + to_string(target) + shapes);
-        }
-    }
-    if (key_padding_allowed) {
-        const TensorView<const bool>& kp = *key_padding_allowed;
-        if (kp.rank() != 2 || kp.dim(0) != B || kp.dim(1) != Tk)
-            throw ShapeError(function + ": key_padding_allowed must be (B, Tk) = " + to_string(Shape{B, Tk}) + ", got " +
-                             to_string(kp.shape()) + shapes);
-        views.padding = kp.unsqueeze(1).unsqueeze(1);  // the same keys for every head and query row
-    }
+    if (allowed_mask) views.mask = detail::mha_scores_view(function, shapes, "allowed_mask", *allowed_mask, B, H, Tq, Tk);
+    if (key_padding_allowed)
+        views.padding = detail::mha_key_padding_view(function, shapes, "key_padding_allowed", *key_padding_allowed, B, Tk);
     return views;
 }
 

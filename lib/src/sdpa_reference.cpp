@@ -191,10 +191,7 @@ void sdpa_reference(const SdpaProblem<S>& p, const std::vector<Readability>& rea
     template void write_empty_row<S>(EmptyRowPolicy, S*, Index, S*, Index);                                        \
     template void sdpa_reference<S>(const SdpaProblem<S>&, const std::vector<Readability>&, const SdpaOptions&, S*, \
                                     S*);
-ATTN_INSTANTIATE(float)
-ATTN_INSTANTIATE(double)
-ATTN_INSTANTIATE(float16)
-ATTN_INSTANTIATE(bfloat16)
+ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
 #undef ATTN_INSTANTIATE
 
 }  // namespace attn::detail

@@ -856,3 +856,119 @@ TEST_CASE("mha_sdpa_path takes SDPA's broadcast ranks: unbatched, 3-D, broadcast
     CHECK(mha_sdpa_path(q5, k5, v5, m5.view(), options).output.shape() == Shape{2, 2, 3, 4, 2});
     CHECK_THROWS_AS(mha_sdpa_path(q3, Tensor<double>({2, 6, 3}), Tensor<double>({2, 6, 2})), ShapeError);  // 3 vs 2 heads
 }
+
+TEMPLATE_TEST_CASE("float masks (PyTorch's float attn_mask and key_padding_mask) and ALiBi: every form means its "
+                   "written-out bias, -inf blocks as false, bad ones are named errors",
+                   "[mha][bias]", float, double) {
+    using T = TestType;
+    std::mt19937_64 rng(43);
+    const Index B = 2, H = 2, Tq = 4, Tk = 6, E = 8;
+    const T inf = std::numeric_limits<T>::infinity();
+    MultiHeadAttention<T> mha(config(E, H));
+    set_random_biases(mha, rng);
+    const Tensor<T> xq = random_tensor<T>({B, Tq, E}, rng), xkv = random_tensor<T>({B, Tk, E}, rng);
+    MhaOptions zero;
+    zero.empty_rows = EmptyRowPolicy::Zero;
+    const auto run = [&](const MhaOptions& o, std::optional<TensorView<const bool>> m = std::nullopt) {
+        return mha.forward_cross(xq, xkv, m, o).output;
+    };
+    const auto full = [&](TensorView<const T> x) { return Tensor<T>::copy_of(x.broadcast_to({B, H, Tq, Tk}, "test", "bias")); };
+
+    // A mask written as a bias of 0 (allowed) and -inf (blocked) gives the mask's bits.
+    const Tensor<bool> m4 = random_mask({B, H, Tq, Tk}, rng, 0.7);
+    Tensor<T> as_bias({B, H, Tq, Tk});
+    for (Index f = 0; f < as_bias.numel(); ++f) as_bias[f] = m4[f] ? T(0) : -inf;
+    MhaOptions o = zero;
+    o.bias = as_bias;
+    CHECK(bitwise_equal(run(o), run(zero, m4.view())));
+
+    // 2-D (Tq, Tk) and 3-D (B, Tq, Tk) biases mean their (B, H, Tq, Tk) expansion, as the bool masks do.
+    const Tensor<T> bias2 = random_tensor<T>({Tq, Tk}, rng, -3, 3), bias3 = random_tensor<T>({B, Tq, Tk}, rng, -3, 3);
+    const Tensor<T> bias2_full = full(bias2.view()), bias3_full = full(bias3.view().unsqueeze(1));
+    MhaOptions o2 = zero, o2_full = zero, o3 = zero, o3_full = zero;
+    o2.bias = bias2, o2_full.bias = bias2_full, o3.bias = bias3, o3_full.bias = bias3_full;
+    const Tensor<T> out3 = run(o3);
+    CHECK(bitwise_equal(run(o2), run(o2_full)));
+    CHECK(bitwise_equal(out3, run(o3_full)));
+    CHECK_FALSE(bitwise_equal(out3, run(zero)));  // the bias is not ignored
+
+    // key_padding_bias (B, Tk) is (B, 1, 1, Tk); with a bias, the bias is their sum in the dtype.
+    Tensor<T> padding = random_tensor<T>({B, Tk}, rng, -2, 2);
+    padding({0, 5}) = padding({1, 0}) = -inf;
+    const Tensor<T> padding_full = full(padding.view().unsqueeze(1).unsqueeze(1));
+    MhaOptions op = zero, op_full = zero;
+    op.key_padding_bias = padding, op_full.bias = padding_full;
+    CHECK(bitwise_equal(run(op), run(op_full)));
+    Tensor<T> sum({B, H, Tq, Tk});
+    for (Index f = 0; f < sum.numel(); ++f) sum[f] = static_cast<T>(bias3_full[f] + padding_full[f]);
+    MhaOptions both = o3, sum_full = zero;
+    both.key_padding_bias = padding, sum_full.bias = sum;
+    CHECK(bitwise_equal(run(both), run(sum_full)));
+    // The padded keys are blocked: their values do not matter, NaN included.
+    Tensor<T> xkv_nan = Tensor<T>::copy_of(xkv.view());
+    for (Index e = 0; e < E; ++e) xkv_nan({0, 5, e}) = std::numeric_limits<T>::quiet_NaN();
+    CHECK(bitwise_equal(mha.forward_cross(xq, xkv_nan, std::nullopt, op).output, run(op)));
+
+    // ALiBi slopes (H) equal their written-out bias -slope * |i + Tk - Tq - j|, bottom-right whatever the alignment.
+    Tensor<T> slopes({H});
+    slopes[0] = T(0.5), slopes[1] = T(0.125);
+    Tensor<T> alibi({B, H, Tq, Tk});
+    for (Index b = 0; b < B; ++b)
+        for (Index h = 0; h < H; ++h)
+            for (Index i = 0; i < Tq; ++i)
+                for (Index j = 0; j < Tk; ++j)
+                    alibi({b, h, i, j}) = -slopes[h] * static_cast<T>(std::abs(static_cast<double>(i + Tk - Tq - j)));
+    MhaOptions oa = zero, oa_full = zero;
+    oa.alibi_slopes = slopes, oa.is_causal = true, oa_full.bias = alibi, oa_full.is_causal = true;
+    CHECK(bitwise_equal(run(oa), run(oa_full)));
+
+    // Errors name the function, the tensor and the shapes.
+    const std::string f = "MultiHeadAttention::forward_cross: ";
+    const auto message = [&](const MhaOptions& bad, std::optional<TensorView<const bool>> m = std::nullopt) {
+        return error_message([&] { run(bad, m); });
+    };
+    const Tensor<T> long_bias = random_tensor<T>({Tq + 1, Tk}, rng);
+    MhaOptions bad = zero;
+    bad.bias = long_bias;
+    CHECK_THROWS_AS(run(bad), ShapeError);
+    CHECK(message(bad).find(f + "bias [5,6] does not broadcast to (B, H, Tq, Tk) = [2,2,4,6]") == 0);
+    const Tensor<T> long_padding = random_tensor<T>({B, Tk + 1}, rng);
+    bad = zero, bad.key_padding_bias = long_padding;
+    CHECK_THROWS_AS(run(bad), ShapeError);
+    CHECK(message(bad).find(f + "key_padding_bias must be (B, Tk) = [2,6], got [2,7]") == 0);
+    using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+    const Tensor<Other> other = random_tensor<Other>({Tq, Tk}, rng);
+    bad = zero, bad.bias = other;
+    CHECK_THROWS_AS(run(bad), ConfigError);
+    CHECK(message(bad).find(f + "bias has dtype") == 0);
+    // NaN where a query reads is a ValueError naming batch element, head, row and key; where none reads, nothing.
+    Tensor<T> nan_bias = Tensor<T>::copy_of(bias3_full.view());
+    nan_bias({1, 1, 2, 3}) = std::numeric_limits<T>::quiet_NaN();
+    bad = zero, bad.bias = nan_bias;
+    CHECK_THROWS_AS(run(bad), ValueError);
+    CHECK(message(bad).find(f + "bias [2,2,4,6] holds nan at batch index [1,1], row 2, column 3") == 0);
+    Tensor<bool> hide({B, H, Tq, Tk}, true);
+    hide({1, 1, 2, 3}) = false;
+    Tensor<T> hidden = Tensor<T>::copy_of(bias3_full.view());
+    hidden({1, 1, 2, 3}) = T(0);
+    MhaOptions hidden_opt = zero;
+    hidden_opt.bias = hidden;
+    CHECK(bitwise_equal(run(bad, hide.view()), run(hidden_opt, hide.view())));
+    // A row blocked everywhere by -inf is an empty row: an error under Throw naming batch, head and row.
+    Tensor<T> empty_row = Tensor<T>::copy_of(bias3_full.view());
+    for (Index j = 0; j < Tk; ++j) empty_row({0, 1, 3, j}) = -inf;
+    MhaOptions throwing;
+    throwing.bias = empty_row;
+    CHECK_THROWS_AS(run(throwing), MaskError);
+    CHECK(message(throwing).find(f + "query row 3 of batch 0, head 1 has no allowed key") == 0);
+    // Slopes: one per head (or per batch element and head), each finite.
+    const Tensor<T> three_slopes = random_tensor<T>({H + 1}, rng);
+    bad = zero, bad.alibi_slopes = three_slopes;
+    CHECK_THROWS_AS(run(bad), ShapeError);
+    CHECK(message(bad).find(f + "alibi_slopes [3] does not broadcast to the batch shape [2,2]") == 0);
+    Tensor<T> nan_slopes = Tensor<T>::copy_of(slopes.view());
+    nan_slopes[1] = std::numeric_limits<T>::quiet_NaN();
+    bad = zero, bad.alibi_slopes = nan_slopes;
+    CHECK_THROWS_AS(run(bad), ValueError);
+    CHECK(message(bad).find(f + "alibi_slopes [2] holds nan at batch index [0,1]") == 0);
+}

@@ -45,6 +45,18 @@ struct MhaOptions {
     std::uint64_t dropout_step = 0;   // mixed into the dropout stream: a training loop passes its step for a fresh mask
     std::optional<double> scale;      // default 1/sqrt(head_dim)
     double softcap = 0;               // logit soft-capping of every head, as SdpaOptions::softcap (0 = off)
+    // PyTorch's float masks (attn_mask and key_padding_mask of a float dtype), of the inputs' dtype: added to every
+    // head's logits after the scale and the cap, as SdpaOptions::bias. bias takes allowed_mask's shapes (2-D (Tq, Tk),
+    // 3-D (B, Tq, Tk) broadcast over heads, 4-D broadcastable to (B, H, Tq, Tk); reshape PyTorch's (B*H, Tq, Tk) to
+    // (B, H, Tq, Tk) first); key_padding_bias is (B, Tk), read as (B, 1, 1, Tk). Given both, the bias is their sum
+    // in the dtype, as PyTorch merges them: fl(bias + key_padding_bias), computed in float for 16-bit storage and
+    // rounded once. A -inf entry blocks its key exactly as a false in the masks (an empty row follows empty_rows);
+    // NaN or +inf where a query may read is a ValueError under check_finite.
+    std::optional<FloatView> bias;
+    std::optional<FloatView> key_padding_bias;
+    // ALiBi (FlashAttention's alibi_slopes), (H) or (B, H), of the inputs' dtype: head h of batch element b adds
+    // -slope * |i + Tk - Tq - j| (bottom-right aligned, whatever `alignment` says), after the bias (SdpaOptions).
+    std::optional<FloatView> alibi_slopes;
     EmptyRowPolicy empty_rows = EmptyRowPolicy::Throw;
     bool check_finite = true;         // inputs and parameters at positions some query reads; projections overflowing
     Backend backend = Backend::Auto;  // of the SDPA core
@@ -67,7 +79,7 @@ struct MhaResult {
 //
 // Masks (allowed convention) may be 2-D (Tq, Tk), 3-D (B, Tq, Tk) (broadcast over heads, as in the course
 // module) or 4-D broadcastable to (B, H, Tq, Tk); size-1 dims broadcast. key_padding_allowed (B, Tk) is and-ed
-// in as (B, 1, 1, Tk). Contracts are SDPA's: a query row with no allowed key (in some head) follows
+// in as (B, 1, 1, Tk). Float masks (MhaOptions::bias, key_padding_bias) and ALiBi are added to the logits. Contracts are SDPA's: a query row with no allowed key (in some head) follows
 // MhaOptions::empty_rows (Throw names batch, head and row; under Zero that head's context row is 0, so the
 // output row is out_proj's bias plus the other heads' contributions); finite checks look only at input rows some
 // query reads, so padding rows of the key/value memories never change the output, even when NaN or Inf.

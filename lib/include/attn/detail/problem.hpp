@@ -13,6 +13,9 @@
 #include "attn/mha.hpp"
 #include "attn/sdpa.hpp"
 
+// Expands X(T) for each of the four dtypes: the explicit instantiations of the library's templates.
+#define ATTN_FOR_EACH_DTYPE(X) X(float) X(double) X(float16) X(bfloat16)
+
 namespace attn {
 
 // Shapes: q (batch..., Tq, Dk), k (batch..., Tk, Dk), v (batch..., Tk, Dv), allowed (batch..., Tq, Tk).
@@ -246,6 +249,43 @@ struct HeadMasks {
 HeadMasks resolve_masks(const std::string& function, const std::string& input_shapes,
                         std::optional<TensorView<const bool>> allowed_mask, const MhaOptions& options, Index B,
                         Index H, Index Tq, Index Tk);
+
+// The module's score-shaped tensors (allowed_mask, MhaOptions::bias): 2-D (Tq, Tk) read as (1, 1, Tq, Tk), 3-D
+// (B, Tq, Tk) as (B, 1, Tq, Tk) (broadcast over heads), 4-D as is; it must broadcast to (B, H, Tq, Tk). The view keeps
+// its size-1 dims. ShapeErrors name `function`, `name` with its shape, the target, and end with `shapes`.
+template <class E>
+TensorView<const E> mha_scores_view(const std::string& function, const std::string& shapes, const char* name,
+                                    TensorView<const E> scores, Index B, Index H, Index Tq, Index Tk);
+// The module's key padding (key_padding_allowed, MhaOptions::key_padding_bias): (B, Tk), read as (B, 1, 1, Tk).
+template <class E>
+TensorView<const E> mha_key_padding_view(const std::string& function, const std::string& shapes, const char* name,
+                                         TensorView<const E> padding, Index B, Index Tk);
+
+// The module's additive terms (MhaOptions::bias, key_padding_bias, alibi_slopes) resolved once per call.
+template <class T>
+struct HeadBias {
+    std::optional<Tensor<T>> owned;             // fl(bias + key_padding_bias) when both are given
+    std::optional<TensorView<const T>> bias;    // (B, H, Tq, Tk), stride 0 on broadcast dims
+    std::optional<TensorView<const T>> slopes;  // (B, H)
+    std::string name;                           // of the bias in messages: "bias", "key_padding_bias" or their sum
+    Shape shape;                                // the caller's shape (the sum's when both are given)
+};
+// Their contracts (dtype T, the shapes above, (H) or (B, H) slopes, each slope finite with a finite largest term):
+// ConfigError, ShapeError or ValueError naming them; their names are appended to masks.shapes. A -inf entry of the
+// bias blocks its key: it is and-ed into masks.allowed (masks.owned then holds the combined mask).
+template <class T>
+HeadBias<T> resolve_bias(const std::string& function, const std::string& input_shapes, const MhaOptions& options,
+                         HeadMasks& masks, Index B, Index H, Index Tq, Index Tk);
+// Under check_finite: a ValueError naming the bias, its batch element, head, row and key when a query may read a NaN
+// or +inf entry (the positional rule and masks.allowed allow it; -inf entries are blocked there already).
+template <class T>
+void check_head_bias(const std::string& function, const HeadBias<T>& bias, const HeadMasks& masks,
+                     const PositionRule& positions, const std::string& shapes);
+// ALiBi's slope of one batch element, whatever check_finite says: finite, and its largest term slope * max(Tq - 1,
+// Tk - 1) too (a ValueError naming `slopes_shape`, `where` and `shapes` otherwise). C: the type the logits are in.
+template <class C>
+void check_alibi_slope(const std::string& function, C slope, Index Tq, Index Tk, const Shape& slopes_shape,
+                       const std::string& where, const std::string& shapes);
 
 // Under EmptyRowPolicy::Throw, a MaskError naming batch, head and row of the first empty row.
 void throw_if_empty_head_row(const std::string& function, const HeadReadability& readable,
