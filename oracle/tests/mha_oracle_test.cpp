@@ -48,6 +48,7 @@ struct Case {
     attn::MultiHeadAttention<T> module;
     Tensor<T> xq, xk, xv;
     std::optional<Tensor<bool>> allowed, padding;
+    std::optional<Tensor<T>> bias, padding_bias, slopes;  // float masks and ALiBi (MhaOptions)
     attn::MhaOptions options;
     oracle::OracleOptions oracle_options;
     std::string label;
@@ -65,7 +66,8 @@ Case<T> random_case(std::mt19937_64& rng, int n) {
     config.vdim = n % 3 == 0 ? config.embed_dim : pick(1, 9);
     config.bias = (n / 2) % 2 == 0;
     config.init_seed = rng();
-    Case<T> c{attn::MultiHeadAttention<T>(config), {}, {}, {}, std::nullopt, std::nullopt, {}, {}, {}};
+    Case<T> c{attn::MultiHeadAttention<T>(config), {}, {}, {}, std::nullopt, std::nullopt, std::nullopt,
+              std::nullopt, std::nullopt, {}, {}, {}};
     const Index E = config.embed_dim, KV = G * Dh;
     if (config.bias) {
         c.module.set_q_proj_bias(uniform<T>({E}, 0.5, rng).view());
@@ -84,6 +86,30 @@ Case<T> random_case(std::mt19937_64& rng, int n) {
     if (mask_rank == 4) c.allowed = random_flags({n % 2 ? B : 1, config.num_heads, Tq, Tk}, 0.75, rng);
     if (n % 5 == 1) c.padding = random_flags({B, Tk}, 0.8, rng);
     if (c.padding) c.options.key_padding_allowed = c.padding->view();
+    // Float masks and ALiBi from a generator of their own (the draws above stay those of the cases without them):
+    // a bias of rank 2, 3 or 4 with a -inf in one entry of eight, a float key padding, the standard slopes.
+    std::mt19937_64 bias_rng(static_cast<std::uint64_t>(n) * 7919 + 1);
+    const auto with_minus_inf = [&](Tensor<T> t) {
+        std::bernoulli_distribution block(0.125);
+        for (Index f = 0; f < t.numel(); ++f)
+            if (block(bias_rng)) t[f] = static_cast<T>(-std::numeric_limits<double>::infinity());
+        return t;
+    };
+    if (n % 3 == 2) {
+        const Shape forms[] = {{Tq, Tk}, {B, Tq, Tk}, {B, config.num_heads, Tq, Tk}};
+        c.bias = with_minus_inf(uniform<T>(forms[(n / 3) % 3], 3.0, bias_rng));
+        c.options.bias = *c.bias;
+    }
+    if (n % 5 == 3) {
+        c.padding_bias = with_minus_inf(uniform<T>({B, Tk}, 2.0, bias_rng));
+        c.options.key_padding_bias = *c.padding_bias;
+    }
+    if (n % 4 == 1) {
+        const std::vector<double> standard = attn::alibi_slopes(config.num_heads);
+        c.slopes = Tensor<T>({config.num_heads});
+        for (Index h = 0; h < config.num_heads; ++h) (*c.slopes)[h] = static_cast<T>(standard[static_cast<std::size_t>(h)]);
+        c.options.alibi_slopes = *c.slopes;
+    }
     c.options.is_causal = n % 3 != 1;
     c.options.alignment = (n / 4) % 2 ? attn::CausalAlignment::BottomRight : attn::CausalAlignment::TopLeft;
     c.options.empty_rows = attn::EmptyRowPolicy::Zero;  // random masks and causal Tq > Tk leave rows empty
@@ -95,7 +121,9 @@ Case<T> random_case(std::mt19937_64& rng, int n) {
               " Tk=" + std::to_string(Tk) + " E=" + std::to_string(E) + " H=" + std::to_string(config.num_heads) +
               " G=" + std::to_string(G) + " kdim=" + std::to_string(*config.kdim) + " vdim=" +
               std::to_string(*config.vdim) + " bias=" + std::to_string(config.bias) + " mask rank " +
-              std::to_string(mask_rank) + " causal=" + std::to_string(c.options.is_causal) + " model " +
+              std::to_string(mask_rank) + (c.bias ? " bias " + attn::to_string(c.bias->shape()) : "") +
+              (c.padding_bias ? " key_padding_bias" : "") + (c.slopes ? " alibi" : "") +
+              " causal=" + std::to_string(c.options.is_causal) + " model " +
               c.oracle_options.model.name;
     return c;
 }
@@ -315,4 +343,49 @@ TEST_CASE("MHA oracle: the module's contracts and what it does not cover", "[ora
                Catch::Contains(where) && Catch::EndsWith("(the oracle needs finite inputs there)"));
     CHECK_THAT(value_error([&] { plain.forward(bad.view(), x.view(), x.view(), std::nullopt, eval); }),
                Catch::Contains(where));
+}
+
+TEST_CASE("MHA oracle: with identity projections, float masks and ALiBi give the SDPA oracle's exact result",
+          "[oracle][mha][bias]") {
+    // Two oracles written apart (oracle/src/mha.cpp's head pass, the SDPA engine) must agree on the exact output
+    // of the same heads: q, k, v are the states' columns, the bias and slopes the same tensors.
+    std::mt19937_64 rng(41);
+    const Index B = 2, H = 2, Dh = 3, E = H * Dh, Tq = 4, Tk = 5;
+    attn::MhaConfig config;
+    config.embed_dim = E, config.num_heads = H, config.bias = false;
+    attn::MultiHeadAttention<double> m(config);
+    Tensor<double> eye({E, E}, 0.0);
+    for (Index e = 0; e < E; ++e) eye({e, e}) = 1.0;
+    m.set_q_proj_weight(eye.view()), m.set_k_proj_weight(eye.view()), m.set_v_proj_weight(eye.view());
+    m.set_out_proj_weight(eye.view());
+    const Tensor<double> xq = uniform<double>({B, Tq, E}, 2.0, rng), xk = uniform<double>({B, Tk, E}, 2.0, rng),
+                         xv = uniform<double>({B, Tk, E}, 2.0, rng);
+    Tensor<double> bias = uniform<double>({B, H, Tq, Tk}, 3.0, rng);
+    bias({0, 1, 2, 3}) = bias({1, 0, 0, 0}) = -std::numeric_limits<double>::infinity();
+    Tensor<double> slopes({H});
+    slopes[0] = 0.5, slopes[1] = 0.0625;
+    // The states as SDPA's heads: (B, T, H*Dh) -> (B, H, T, Dh) by strides.
+    const auto heads = [&](const Tensor<double>& x) {
+        return TensorView<const double>(x.data(), {B, H, x.dim(1), Dh}, {x.dim(1) * E, Dh, E, 1});
+    };
+    for (int variant = 0; variant < 3; ++variant) {
+        INFO("variant " << variant << " (0 bias, 1 ALiBi, 2 both)");
+        attn::MhaOptions mo;
+        attn::SdpaOptions so;
+        mo.empty_rows = so.empty_rows = attn::EmptyRowPolicy::Zero;
+        if (variant != 1) mo.bias = bias, so.bias = bias;
+        if (variant != 0) mo.alibi_slopes = slopes, so.alibi_slopes = slopes;
+        const oracle::Result<double> mha = oracle::multi_head_attention<double>(m, xq.view(), xk.view(), xv.view(),
+                                                                                 std::nullopt, mo);
+        const oracle::Result<double> sdpa =
+            oracle::scaled_dot_product_attention<double>(heads(xq), heads(xk), heads(xv), std::nullopt, so);
+        for (Index b = 0; b < B; ++b)
+            for (Index h = 0; h < H; ++h)
+                for (Index i = 0; i < Tq; ++i)
+                    for (Index d = 0; d < Dh; ++d) {
+                        INFO("b=" << b << " h=" << h << " i=" << i << " d=" << d);
+                        CHECK(mha.output({b, i, h * Dh + d}) == sdpa.output({b, h, i, d}));
+                        CHECK(std::isfinite(mha.output_bound({b, i, h * Dh + d})));
+                    }
+    }
 }

@@ -2,12 +2,15 @@
 // biases non-zero or absent, kdim and vdim apart from E, grouped K/V heads), called through every forward (forward,
 // forward_blocked, forward_cross, forward_self) with every mask form it takes (2-D, 3-D, 4-D, key padding from a
 // tensor or from token ids, causal),
+// float masks (bias, key padding bias) and ALiBi slopes,
 // every empty-row policy and both SDPA backends, in every dtype (16-bit storage included), matches the oracle's
 // multi-head attention within its bound; the head-average weights are the per-head weights summed in head order
 // (in the compute type) over H, bitwise.
 //
 // No SDPA mutant reaches the module (it calls the library's SDPA), so none is killed here: this property guards the
 // module's own contract (projections, biases, setters, mask forms) against the oracle's independent module.
+#include <limits>
+
 #include "../checks.hpp"
 #include "attn/mask.hpp"
 #include "attn/mha.hpp"
@@ -87,7 +90,50 @@ struct ModuleCall {
     MhaOptions options;
     int forward = 0;  // 0 forward, 1 forward_blocked, 2 forward_cross, 3 forward_self
     std::string what;
+    // The float masks and ALiBi slopes (MhaOptions::bias, key_padding_bias, alibi_slopes), owned here.
+    std::optional<Tensor<T>> bias, padding_bias, slopes;
+    // `o` with views of them: the module and the oracle get the same tensors.
+    MhaOptions with_bias(MhaOptions o) const {
+        if (bias) o.bias = *bias;
+        if (padding_bias) o.key_padding_bias = *padding_bias;
+        if (slopes) o.alibi_slopes = *slopes;
+        return o;
+    }
 };
+
+template <class T>
+Tensor<T> in_dtype(const Tensor<double>& x) {
+    Tensor<T> t(x.shape());
+    for (Index f = 0; f < t.numel(); ++f) t[f] = static_cast<T>(x[f]);
+    return t;
+}
+
+// The case's bias in a form the module takes: (Tq, Tk) as 2-D, (B, H, Tq, Tk) as 4-D, any other written out to
+// (B, H, Tq, Tk) (the module reads a 3-D bias as (B, Tq, Tk), not NumPy's (H, Tq, Tk)); sometimes a float key
+// padding (B, Tk) on top, with a -inf for one key in eight (summed with the bias in the dtype, as PyTorch does);
+// the case's ALiBi slopes, (H) or (B, H), as they are.
+template <class T>
+std::string draw_bias(const SdpaCase& c, ModuleCall<T>& call, Rng& rng) {
+    std::string what;
+    if (c.bias) {
+        const Index rank = c.bias->rank();
+        const bool as_is = (rank == 2 && c.bias->dim(0) == c.Tq) || rank == 4;
+        call.bias = in_dtype<T>(as_is ? *c.bias : expanded_bias(c));
+        what += ", bias " + to_string(call.bias->shape());
+    }
+    if (rng.below(4) == 0 && (c.bias || c.alibi_slopes)) {
+        Tensor<T> padding({c.B, c.Tk});
+        for (Index f = 0; f < padding.numel(); ++f)
+            padding[f] = static_cast<T>(rng.below(8) == 0 ? -std::numeric_limits<double>::infinity() : rng.uniform(-2, 2));
+        call.padding_bias = std::move(padding);
+        what += ", key_padding_bias";
+    }
+    if (c.alibi_slopes) {
+        call.slopes = in_dtype<T>(*c.alibi_slopes);
+        what += ", alibi_slopes " + to_string(call.slopes->shape());
+    }
+    return what;
+}
 
 template <class T>
 ModuleCall<T> call_for(const SdpaCase& c, const MultiHeadAttention<T>& m, Rng& rng) {
@@ -149,9 +195,10 @@ ModuleCall<T> call_for(const SdpaCase& c, const MultiHeadAttention<T>& m, Rng& r
         const int w = static_cast<int>(rng.below(3));
         o.weights = w == 0 ? MhaWeights::None : w == 1 ? MhaWeights::PerHead : MhaWeights::HeadAverage;
     }
+    const std::string bias = draw_bias(c, call, rng);
     static const char* forwards[] = {"forward", "forward_blocked", "forward_cross", "forward_self"};
     call.what = std::string(forwards[call.forward]) + ", mask form " + std::to_string(form) +
-                (call.padding ? " + key padding" : "") + ", backend " + to_string(o.backend) + ", empty rows " +
+                (call.padding ? " + key padding" : "") + bias + ", backend " + to_string(o.backend) + ", empty rows " +
                 to_string(o.empty_rows);
     return call;
 }
@@ -160,7 +207,7 @@ template <class T>
 MhaResult<T> run_module(const MultiHeadAttention<T>& m, const ModuleCall<T>& call, const MhaOptions& options) {
     std::optional<TensorView<const bool>> mask;
     if (call.mask) mask = call.mask->view();
-    MhaOptions o = options;
+    MhaOptions o = call.with_bias(options);
     if (call.forward == 1) {
         std::optional<Tensor<bool>> blocked, padding_blocked;
         if (call.mask) blocked = allowed_to_blocked(call.mask->view());
@@ -185,7 +232,7 @@ Verdict module_check(const SdpaCase& c) {
     const std::string what = "MultiHeadAttention (" + setters + "; " + call.what + ")";
     std::optional<TensorView<const bool>> mask;
     if (call.mask) mask = call.mask->view();
-    MhaOptions oracle_options = call.options;
+    MhaOptions oracle_options = call.with_bias(call.options);
     if (call.padding) oracle_options.key_padding_allowed = call.padding->view();
     oracle::OracleOptions oo;
     // The tiled backend is covered by the conservative generic model (as in oracle/tests/mha_oracle_test.cpp).
@@ -235,10 +282,11 @@ Property module_matches_oracle_within_bound() {
     Property p;
     p.name = "module_matches_oracle_within_bound";
     p.sentence = "MultiHeadAttention, its parameters set through every setter and called through every forward, mask "
-                 "form, empty-row policy and backend, matches the oracle's multi-head attention within its bound.";
+                 "form, float mask, ALiBi, empty-row policy and backend, matches the oracle's multi-head attention within its bound.";
     p.generator = [](Dtype d) {
-        return rc::gen::weightedOneOf<SdpaCase>({{3, gen::sdpa_case(d, {.small = true})},
-                                                 {1, gen::sdpa_case(d, {.masks = gen::Masks::EmptyRows, .small = true})}});
+        return rc::gen::weightedOneOf<SdpaCase>(
+            {{3, gen::sdpa_case(d, {.small = true, .bias = true})},
+             {1, gen::sdpa_case(d, {.masks = gen::Masks::EmptyRows, .small = true, .bias = true})}});
     };
     p.applies = [](const Implementation& impl) { return impl.name == "mha"; };
     p.cost = 3;
