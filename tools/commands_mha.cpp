@@ -20,7 +20,9 @@ struct MhaArgs {
     std::string q_weight, k_weight, v_weight, out_weight, in_proj_weight;
     std::string q_bias, k_bias, v_bias, out_bias, in_proj_bias;
     std::string allowed_mask_path, blocked_mask_path, key_padding_blocked_path;
+    std::string bias_path, key_padding_bias_path, alibi_path;  // float masks and ALiBi slopes, in x's dtype
     std::string causal;  // "", "top-left" or "bottom-right"
+    std::string window, window_alignment = "bottom-right";  // --window LEFT,RIGHT
     double softcap = 0;  // --softcap
     std::string empty_rows = "throw";
     int num_threads = 0;
@@ -78,7 +80,7 @@ int run_mha(const MhaArgs& args, const npy::Array& x_file) {
     if (!args.out_bias.empty()) mha.set_out_proj_bias(read(args.out_bias));
 
     const SdpaOptions mapped = sdpa_options_from(std::nullopt, args.causal, args.empty_rows, !args.no_check_finite,
-                                                 "mha", "", "bottom-right", args.softcap);
+                                                 "mha", args.window, args.window_alignment, args.softcap);
     MhaOptions options;
     options.is_causal = mapped.is_causal;
     options.alignment = mapped.alignment;
@@ -86,6 +88,13 @@ int run_mha(const MhaArgs& args, const npy::Array& x_file) {
     options.num_threads = args.num_threads;
     options.check_finite = mapped.check_finite;
     options.softcap = mapped.softcap;
+    options.window = mapped.window;
+    const std::optional<Tensor<T>> bias = read_optional(args.bias_path);                          // PyTorch's float attn_mask
+    const std::optional<Tensor<T>> key_padding_bias = read_optional(args.key_padding_bias_path);  // (B, Tk)
+    const std::optional<Tensor<T>> alibi_slopes = read_optional(args.alibi_path);                 // (H) or (B, H)
+    if (bias) options.bias = *bias;
+    if (key_padding_bias) options.key_padding_bias = *key_padding_bias;
+    if (alibi_slopes) options.alibi_slopes = *alibi_slopes;
     options.weights = args.weights_path.empty() ? MhaWeights::None
                       : args.average_weights    ? MhaWeights::HeadAverage
                                                 : MhaWeights::PerHead;
@@ -167,8 +176,19 @@ Action add_mha_command(CLI::App& app) {
     allowed->excludes(blocked);
     mha->add_option("--key-padding-blocked", args->key_padding_blocked_path,
                     "Bool (B, Tk), true = padding (nn.MultiheadAttention's key_padding_mask)");
+    mha->add_option("--bias", args->bias_path,
+                    "Float mask (nn.MultiheadAttention's float attn_mask) in x's dtype: (Tq, Tk), (B, Tq, Tk) or "
+                    "(B, H, Tq, Tk), added to every head's logits after the scale and the soft-capping; -inf blocks "
+                    "the key like false in a mask");
+    mha->add_option("--key-padding-bias", args->key_padding_bias_path,
+                    "Float (B, Tk) in x's dtype (nn.MultiheadAttention's float key_padding_mask), added to every "
+                    "query's logits; with --bias the two are summed first, in the dtype, as PyTorch does");
+    mha->add_option("--alibi-slopes", args->alibi_path, alibi_help);
     mha->add_option("--softcap", args->softcap, softcap_help)->capture_default_str();
-    mha->add_option("--causal", args->causal, "Causal rule: top-left (j <= i) or bottom-right (j <= i + Tk - Tq)")
+    mha->add_option("--causal", args->causal, causal_help)->check(CLI::IsMember({"top-left", "bottom-right"}));
+    mha->add_option("--window", args->window, window_help);
+    mha->add_option("--window-alignment", args->window_alignment, window_alignment_help)
+        ->capture_default_str()
         ->check(CLI::IsMember({"top-left", "bottom-right"}));
     mha->add_option("--empty-rows", args->empty_rows, "Rows with no allowed key: throw (error), zero or nan")
         ->capture_default_str()

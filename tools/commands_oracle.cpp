@@ -64,14 +64,9 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
                     "Bool mask broadcastable to (..., Tq, Tk); true = the query may read the key");
     cmd->add_option("--bias", args.bias_path, bias_help);
     cmd->add_option("--alibi-slopes", args.alibi_path, alibi_help);
-    cmd->add_option("--causal", args.causal, "Causal rule: top-left (j <= i) or bottom-right (j <= i + Tk - Tq)")
-        ->check(CLI::IsMember({"top-left", "bottom-right"}));
-    cmd->add_option("--window", args.window,
-                     "Sliding window LEFT,RIGHT (FlashAttention's window_size; -1 = unbounded): key j visible to "
-                     "query i iff i + d - LEFT <= j <= i + d + RIGHT, d = Tk - Tq (or 0 with --window-alignment "
-                     "top-left); and-ed with the mask and the causal rule");
-    cmd->add_option("--window-alignment", args.window_alignment,
-                     "bottom-right (FlashAttention's, d = Tk - Tq) or top-left (JAX's, d = 0)")
+    cmd->add_option("--causal", args.causal, causal_help)->check(CLI::IsMember({"top-left", "bottom-right"}));
+    cmd->add_option("--window", args.window, window_help);
+    cmd->add_option("--window-alignment", args.window_alignment, window_alignment_help)
         ->capture_default_str()
         ->check(CLI::IsMember({"top-left", "bottom-right"}));
     cmd->add_option("--scale", args.scale, "Logit scale (default 1/sqrt(Dk))");

@@ -70,6 +70,15 @@ inline constexpr const char* bias_help =
     "Additive bias (PyTorch's float attn_mask): a .npy of q's dtype broadcastable to (..., Tq, Tk), added to each "
     "logit after the scale and the soft-capping; -inf blocks the key like false in the mask";
 
+// --causal's, --window's and --window-alignment's help, for every command that takes them.
+inline constexpr const char* causal_help = "Causal rule: top-left (j <= i) or bottom-right (j <= i + Tk - Tq)";
+inline constexpr const char* window_help =
+    "Sliding window LEFT,RIGHT (FlashAttention's window_size; -1 = unbounded): key j visible to query i iff "
+    "i + d - LEFT <= j <= i + d + RIGHT, d = Tk - Tq (or 0 with --window-alignment top-left); and-ed with the mask "
+    "and the causal rule";
+inline constexpr const char* window_alignment_help =
+    "bottom-right (FlashAttention's, d = Tk - Tq) or top-left (JAX's, d = 0)";
+
 // --alibi-slopes's help, for every command that takes it.
 inline constexpr const char* alibi_help =
     "ALiBi slopes (FlashAttention's alibi_slopes): a .npy of q's dtype broadcastable to the batch dims, (H) or (B, H); "

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -197,6 +198,67 @@ TEST_CASE("attn mha --softcap caps every head's logits: a tiny cap levels the we
     const Run refused = run_attn(scratch, call + " --softcap -1");
     CHECK(refused.exit_code == 2);
     CHECK(refused.stderr_text.find("softcap must be 0 (off) or a positive number") != std::string::npos);
+}
+
+TEST_CASE("attn mha takes float masks, key padding bias, ALiBi slopes and a window bitwise as the library does",
+          "[cli][mha][bias]") {
+    const Scratch scratch;
+    std::mt19937_64 rng(6);
+    std::uniform_real_distribution<double> dist(-2.0, 2.0);
+    const auto random_double = [&](Shape shape) {
+        Tensor<double> t(std::move(shape));
+        for (Index f = 0; f < t.numel(); ++f) t[f] = dist(rng);
+        return t;
+    };
+    const Index B = 2, H = 2, Tq = 4, Tk = 5, E = 4;
+    const double inf = std::numeric_limits<double>::infinity();
+    const Tensor<double> x = random_double({B, Tq, E}), memory = random_double({B, Tk, E}), w = random_double({E, E});
+    Tensor<double> bias = random_double({B, Tq, Tk}), padding = random_double({B, Tk}), slopes({H});
+    bias({1, 2, 0}) = -inf;
+    padding({0, 4}) = -inf;
+    slopes[0] = 0.25, slopes[1] = 0.5;
+    npy::write_file<double>(scratch / "x.npy", x.view());
+    npy::write_file<double>(scratch / "m.npy", memory.view());
+    npy::write_file<double>(scratch / "w.npy", w.view());
+    npy::write_file<double>(scratch / "bias.npy", bias.view());
+    npy::write_file<double>(scratch / "pad.npy", padding.view());
+    npy::write_file<double>(scratch / "slopes.npy", slopes.view());
+    const std::string wq = "'" + (scratch / "w.npy") + "'";
+    const std::string call = "mha --x '" + (scratch / "x.npy") + "' --memory '" + (scratch / "m.npy") +
+                             "' --num-heads 2 --q-proj-weight " + wq + " --k-proj-weight " + wq + " --v-proj-weight " +
+                             wq + " --out-proj-weight " + wq + " --out '" + (scratch / "o.npy") + "' --bias '" +
+                             (scratch / "bias.npy") + "' --key-padding-bias '" + (scratch / "pad.npy") +
+                             "' --alibi-slopes '" + (scratch / "slopes.npy") + "' --window 2,1 --empty-rows zero";
+    const Run run = run_attn(scratch, call);
+    INFO(run.stderr_text);
+    REQUIRE(run.exit_code == 0);
+    const Tensor<double> got = npy::to_tensor<double>(npy::read_file(scratch / "o.npy"), "o.npy");
+    MhaConfig c;
+    c.embed_dim = E, c.num_heads = H, c.bias = false;
+    MultiHeadAttention<double> module(c);
+    module.set_q_proj_weight(w.view()), module.set_k_proj_weight(w.view()), module.set_v_proj_weight(w.view());
+    module.set_out_proj_weight(w.view());
+    MhaOptions o;
+    o.bias = bias, o.key_padding_bias = padding, o.alibi_slopes = slopes;
+    o.window = SlidingWindow{2, 1, CausalAlignment::BottomRight};
+    o.empty_rows = EmptyRowPolicy::Zero;
+    const Tensor<double> want = module.forward_cross(x.view(), memory.view(), std::nullopt, o).output;
+    REQUIRE(got.shape() == want.shape());
+    for (Index f = 0; f < want.numel(); ++f) CHECK(got[f] == want[f]);
+    // Without the float masks the output differs: they were read.
+    MhaOptions plain;
+    plain.window = o.window, plain.empty_rows = o.empty_rows;
+    const Tensor<double> unbiased = module.forward_cross(x.view(), memory.view(), std::nullopt, plain).output;
+    bool differs = false;
+    for (Index f = 0; f < want.numel(); ++f) differs = differs || got[f] != unbiased[f];
+    CHECK(differs);
+    // A NaN a query reads is refused with exit code 2, naming the float mask and where it is.
+    bias({0, 1, 3}) = std::numeric_limits<double>::quiet_NaN();
+    npy::write_file<double>(scratch / "bias.npy", bias.view());
+    const Run refused = run_attn(scratch, call);
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.stderr_text.find("bias + key_padding_bias [2,1,4,5] holds nan at batch index [0,0], row 1, column 3") !=
+          std::string::npos);
 }
 
 TEST_CASE("attn mha reports impossible configurations and wrong shapes with exit code 2", "[cli][mha][errors]") {
