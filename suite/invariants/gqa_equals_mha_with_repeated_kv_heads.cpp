@@ -9,7 +9,8 @@ Property gqa_equals_mha_with_repeated_kv_heads() {
     p.name = "gqa_equals_mha_with_repeated_kv_heads";
     p.sentence = "Attention with G shared K/V heads equals attention with each K/V head repeated for its H/G query "
                  "heads, within the oracle's bound.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.force_grouped = true}); };
+    // A bias and ALiBi are per query head: repeating the K/V heads leaves them as they are.
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.force_grouped = true, .bias = true}); };
     p.required = {Regime::GroupedKv};
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         SdpaCase repeated = c;

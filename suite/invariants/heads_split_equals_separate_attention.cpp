@@ -32,6 +32,20 @@ SdpaCase head_slice(const SdpaCase& c, Index h) {
         s.allowed_mask = std::move(m);
         s.mask_stride0 = false;
     }
+    if (c.bias) {  // head h of the bias expanded to (B, H, Tq, Tk), as (B, 1, Tq, Tk)
+        const Tensor<double> full = expanded_bias(c);
+        Tensor<double> bias({c.B, 1, c.Tq, c.Tk});
+        for (Index b = 0; b < c.B; ++b)
+            for (Index x = 0; x < c.Tq * c.Tk; ++x) bias[b * c.Tq * c.Tk + x] = full[(b * c.H + h) * c.Tq * c.Tk + x];
+        s.bias = std::move(bias);
+    }
+    if (c.alibi_slopes) {  // (H) -> (1), (B, H) -> (B, 1): head h's slopes
+        const Tensor<double>& all = *c.alibi_slopes;
+        const Index batch = all.rank() == 2 ? all.dim(0) : 1;
+        Tensor<double> slopes(all.rank() == 2 ? Shape{batch, 1} : Shape{1});
+        for (Index b = 0; b < batch; ++b) slopes[b] = all[b * c.H + h];
+        s.alibi_slopes = std::move(slopes);
+    }
     return s;
 }
 
@@ -43,7 +57,7 @@ Property heads_split_equals_separate_attention() {
     p.sentence = "Attention over H heads equals H separate single-head attentions on the head slices, concatenated, "
                  "and the module's parameter count does not change with H.";
     p.generator = [](Dtype d) {
-        return rc::gen::suchThat(gen::sdpa_case(d, {.small = true}), [](const SdpaCase& c) { return c.H > 1; });
+        return rc::gen::suchThat(gen::sdpa_case(d, {.small = true, .bias = true}), [](const SdpaCase& c) { return c.H > 1; });
     };
     p.required = {Regime::GroupedKv};
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
