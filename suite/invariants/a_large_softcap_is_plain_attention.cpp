@@ -14,7 +14,7 @@ Property a_large_softcap_is_plain_attention() {
     p.name = "a_large_softcap_is_plain_attention";
     p.sentence = "With a softcap 2^20 times the largest logit, every output is within its oracle bound, plus the exact "
                  "distance (e^(2 delta) - 1) 2 max|v| that delta = M^3 / (3 c^2) allows, of plain attention's.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.softcap = false}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.softcap = false, .bias = true}); };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         const double scale = c.options.scale ? *c.options.scale : 1.0 / std::sqrt(static_cast<double>(c.Dk));
         const Index group = c.H / c.kv_heads;

@@ -8,7 +8,7 @@ Property causal_window_is_the_window_with_right_zero() {
     p.name = "causal_window_is_the_window_with_right_zero";
     p.sentence = "is_causal with a sliding window (left, right) of the same alignment gives bitwise the output of the "
                  "window (left, 0) alone.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::Window, .very_long_keys = true}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::Window, .very_long_keys = true, .bias = true}); };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         SdpaCase causal = c, cut = c;
         causal.options.is_causal = true;

@@ -11,7 +11,7 @@ Property head_path_gives_the_bits_of_sdpa() {
     p.name = "head_path_gives_the_bits_of_sdpa";
     p.sentence = "The module's head path under an explicit backend gives bitwise the output of scaled_dot_product_attention "
                  "with the same options: the head split and merge are a relayout, and the backend is the one asked for.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.bias = true}); };
     p.applies = [](const Implementation& impl) { return impl.name == "mha"; };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         Rng rng(c.aux_seed);

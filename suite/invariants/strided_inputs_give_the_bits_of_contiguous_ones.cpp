@@ -43,7 +43,7 @@ Property strided_inputs_give_the_bits_of_contiguous_ones() {
     p.name = "strided_inputs_give_the_bits_of_contiguous_ones";
     p.sentence = "q, k and v as strided views (gaps between elements, or column-major matrices) give bitwise the output "
                  "of the same values stored contiguously, and a NaN among them the same refusal.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.bias = true}); };
     p.applies = is_library_path;
     p.check = [](const Implementation& impl, const SdpaCase& c0) -> Verdict {
         Rng rng(c0.aux_seed);

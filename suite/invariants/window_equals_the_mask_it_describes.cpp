@@ -10,7 +10,7 @@ Property window_equals_the_mask_it_describes() {
     p.sentence = "A sliding window of either alignment, with or without the causal rule, gives bitwise the output of "
                  "the explicit allowed mask i + d - left <= j <= i + d + right (d = Tk - Tq bottom-right, 0 top-left) "
                  "describes.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::Window, .very_long_keys = true}); };
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::Window, .very_long_keys = true, .bias = true}); };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         SdpaCase explicit_mask = c;
         explicit_mask.allowed_mask = expanded_allowed(c);  // (B, H, Tq, Tk): window and causal rule folded in
