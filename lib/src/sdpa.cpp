@@ -2,6 +2,8 @@
 #include "attn/sdpa.hpp"
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "attn/detail/problem.hpp"
 #include "backends.hpp"
@@ -57,6 +59,21 @@ Backend resolve(Backend requested, const SdpaOptions& options, Index Tq, Index T
     return Tq * Tk >= auto_tiled_min_scores ? Backend::Tiled : Backend::Reference;
 }
 
+// The chosen backend writes the output (every element) and the weights (when asked) of a checked problem.
+template <class T>
+void run_backend(const SdpaProblem<T>& problem, const std::vector<Readability>& readable, Backend backend,
+                 const SdpaOptions& options, T* output, T* weights) {
+    switch (backend) {
+        case Backend::Auto:
+        case Backend::Reference:
+            detail::sdpa_reference(problem, readable, options, output, weights);
+            break;
+        case Backend::Tiled:
+            detail::sdpa_tiled(problem, readable, options, output);
+            break;
+    }
+}
+
 template <class T>
 SdpaResult<T> sdpa(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                    std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
@@ -68,17 +85,57 @@ SdpaResult<T> sdpa(TensorView<const T> q, TensorView<const T> k, TensorView<cons
                                                    : Tensor<T>(problem.output_shape()),
                          std::nullopt};
     if (options.return_weights) result.weights = Tensor<T>(problem.weights_shape());
-    T* weights = result.weights ? result.weights->data() : nullptr;
-    switch (backend) {
-        case Backend::Auto:
-        case Backend::Reference:
-            detail::sdpa_reference(problem, readable, options, result.output.data(), weights);
-            break;
-        case Backend::Tiled:
-            detail::sdpa_tiled(problem, readable, options, result.output.data());
-            break;
-    }
+    run_backend(problem, readable, backend, options, result.output.data(),
+                result.weights ? result.weights->data() : nullptr);
     return result;
+}
+
+// The bytes a view may touch, [first, last) (empty for no elements).
+template <class E>
+std::pair<const char*, const char*> byte_range(TensorView<E> x) {
+    if (x.numel() == 0) return {nullptr, nullptr};
+    Index lo = 0, hi = 0;
+    for (Index d = 0; d < x.rank(); ++d) {
+        const Index reach = (x.dim(d) - 1) * x.stride(d);
+        (reach < 0 ? lo : hi) += reach;
+    }
+    const char* base = reinterpret_cast<const char*>(x.data());
+    return {base + lo * static_cast<Index>(sizeof(E)), base + (hi + 1) * static_cast<Index>(sizeof(E))};
+}
+
+template <class A, class B>
+bool overlap(TensorView<A> a, TensorView<B> b) {
+    const auto [a0, a1] = byte_range(a);
+    const auto [b0, b1] = byte_range(b);
+    return a0 && b0 && a0 < b1 && b0 < a1;
+}
+
+template <class T>
+void sdpa_into(TensorView<T> out, TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+               std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
+    const std::string function = "sdpa_into";
+    const SdpaProblem<T> problem = make_sdpa_problem<T>(function, q, k, v, allowed_mask, options);
+    const std::string shapes = " (out " + to_string(out.shape()) + ", " + problem.shapes + ")";
+    if (options.return_weights)
+        throw ConfigError(function + ": writes the output only; call scaled_dot_product_attention for the weights" +
+                          shapes);
+    if (out.shape() != problem.output_shape())
+        throw ShapeError(function + ": out must have the output's shape " + to_string(problem.output_shape()) + shapes);
+    if (!out.is_contiguous()) throw ShapeError(function + ": out must be contiguous (C order)" + shapes);
+    const TensorView<const T> written(out.data(), out.shape());
+    bool aliased = overlap(written, q) || overlap(written, k) || overlap(written, v) ||
+                   (allowed_mask && overlap(written, *allowed_mask));
+    for (const auto* option : {&options.bias, &options.alibi_slopes})
+        if (*option)
+            if (const TensorView<const T>* view = (*option)->template get<T>()) aliased = aliased || overlap(written, *view);
+    if (aliased)
+        throw ConfigError(function + ": out overlaps an input (q, k, v, the mask, the bias or the slopes); it is "
+                          "written while they are read" + shapes);
+    const std::vector<Readability> readable = check_contracts(problem, options);
+    const Backend backend = resolve(options.backend, options, problem.Tq, problem.Tk);
+    // The reference backend adds into a zeroed output; the tiled kernel writes every element.
+    if (backend != Backend::Tiled) std::fill_n(out.data(), out.numel(), T(0));
+    run_backend<T>(problem, readable, backend, options, out.data(), nullptr);
 }
 
 }  // namespace
@@ -110,5 +167,15 @@ SdpaResult<bfloat16> scaled_dot_product_attention(TensorView<const bfloat16> q, 
                                                   const SdpaOptions& options) {
     return sdpa<bfloat16>(q, k, v, allowed_mask, options);
 }
+
+#define ATTN_INSTANTIATE(T)                                                                                      \
+    void scaled_dot_product_attention_into(TensorView<T> out, TensorView<const T> q, TensorView<const T> k,      \
+                                           TensorView<const T> v,                                                \
+                                           std::optional<TensorView<const bool>> allowed_mask,                  \
+                                           const SdpaOptions& options) {                                         \
+        sdpa_into<T>(out, q, k, v, allowed_mask, options);                                                      \
+    }
+ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
+#undef ATTN_INSTANTIATE
 
 }  // namespace attn

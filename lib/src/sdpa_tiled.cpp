@@ -18,6 +18,7 @@
 // targets they may differ (an FMA where an older target multiplies then adds, Exp's polynomial), which the error
 // model covers: every target's Exp is measured within tiled_exp_max_ulps (lib/tests/tiled_test.cpp).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -77,6 +78,7 @@ struct Layout {
 // One thread's buffers, reused across its items (the packed keys while b does not change).
 template <class T>
 struct Workspace {
+    std::uint64_t call = 0;  // the call that last used it (thread_workspace)
     Index b = -1;
     std::vector<Index> keys;  // readable key positions of batch element b, ascending
     Buffer<T> kp, vp, qp, sp, acc, blk;  // blk: one key block's P V for one query panel, before it joins acc
@@ -588,6 +590,19 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
     }
 }
 
+// This thread's workspace, kept from call to call: its buffers (the packed keys and values of one batch element, 8 MB
+// at Tk = 16384, D = 64) would otherwise be allocated, paged in and freed by every call, which measured a sixth of a
+// windowed call's time (T = 16384, window (256, 0)). A new call marks the packed batch element stale.
+// Calls of every storage type: float16 and float calls share Workspace<float>, so their numbers must differ.
+std::atomic<std::uint64_t> tiled_calls{0};
+
+template <class T>
+Workspace<T>& thread_workspace(std::uint64_t call) {
+    thread_local Workspace<T> w;
+    if (w.call != call) w.call = call, w.b = -1;
+    return w;
+}
+
 template <class S>
 void sdpa_tiled_impl(const SdpaProblem<S>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
                      S* output) {
@@ -609,7 +624,7 @@ void sdpa_tiled_impl(const SdpaProblem<S>& p, const std::vector<Readability>& re
 
     const Index q_blocks = (p.Tq + base.Bq - 1) / base.Bq;
     const int threads = thread_count(options);
-    std::vector<Workspace<T>> workspaces(static_cast<std::size_t>(threads));
+    const std::uint64_t call = ++tiled_calls;
     std::vector<Layout> layouts(static_cast<std::size_t>(threads), base);
     // Items (b, query block) in C order, handed out one at a time (causal items differ in cost): consecutive items
     // share b, so each thread packs the keys of a batch element about once.
@@ -619,15 +634,14 @@ void sdpa_tiled_impl(const SdpaProblem<S>& p, const std::vector<Readability>& re
 #else
         const std::size_t t = 0;
 #endif
-        Workspace<T>& w = workspaces[t];
+        Workspace<T>& w = thread_workspace<T>(call);
         Layout& L = layouts[t];
         const Index b = item / q_blocks, i0 = (item % q_blocks) * base.Bq, i1 = std::min(p.Tq, i0 + base.Bq);
         const Readability& r = readable[static_cast<std::size_t>(b)];
-        if (w.row_max.empty()) {
-            w.row_max.resize(static_cast<std::size_t>(base.q_panels * base.nr));
-            w.row_sum.resize(static_cast<std::size_t>(base.q_panels * base.nr));
-            w.row_begin.resize(static_cast<std::size_t>(base.q_panels * base.nr));
-            w.row_end.resize(static_cast<std::size_t>(base.q_panels * base.nr));
+        if (w.b < 0) {  // this call's first item on this thread: sizes of this call's layout
+            const auto lanes = static_cast<std::size_t>(base.q_panels * base.nr);
+            for (auto* v : {&w.row_max, &w.row_sum}) v->resize(lanes);
+            for (auto* v : {&w.row_begin, &w.row_end}) v->resize(lanes);
             for (auto* v : {&w.panel_begin, &w.panel_end, &w.panel_all_from, &w.panel_all_see})
                 v->resize(static_cast<std::size_t>(base.q_panels));
             w.row.resize(static_cast<std::size_t>(std::max<Index>({p.Dk, p.Dv, 1})));

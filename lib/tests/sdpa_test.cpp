@@ -535,3 +535,45 @@ TEST_CASE("every bad input is the documented error naming the function, the tens
                           Contains("bottom-right") && Contains("q [2,7,4]"));
     }
 }
+
+TEMPLATE_TEST_CASE("scaled_dot_product_attention_into writes the output bits into the caller's tensor",
+                   "[sdpa][into]", float, double, float16, bfloat16) {
+    using T = TestType;
+    std::mt19937_64 rng(61);
+    const Shape qs{2, 3, 5, 4}, ks{2, 3, 7, 4}, vs{2, 3, 7, 6};
+    Tensor<T> q({2, 3, 5, 4}), k({2, 3, 7, 4}), v({2, 3, 7, 6}), bias({5, 7});
+    std::uniform_real_distribution<double> dist(-2, 2);
+    for (Tensor<T>* t : {&q, &k, &v, &bias})
+        for (Index f = 0; f < t->numel(); ++f) (*t)[f] = static_cast<T>(dist(rng));
+    const Tensor<bool> mask = random_mask({5, 7}, rng, 0.8);
+    for (const Backend backend : {Backend::Reference, Backend::Tiled}) {
+        INFO("backend " << to_string(backend));
+        SdpaOptions o;
+        o.backend = backend, o.is_causal = true, o.alignment = CausalAlignment::BottomRight, o.bias = bias;
+        o.empty_rows = EmptyRowPolicy::Zero;
+        const Tensor<T> want = scaled_dot_product_attention(q.view(), k.view(), v.view(), mask.view(), o).output;
+        Tensor<T> out({2, 3, 5, 6}, static_cast<T>(7.0));  // stale values the call must overwrite
+        for (int reuse = 0; reuse < 2; ++reuse) {
+            scaled_dot_product_attention_into(out.view(), q.view(), k.view(), v.view(), mask.view(), o);
+            for (Index f = 0; f < want.numel(); ++f)
+                CHECK(std::memcmp(&out[f], &want[f], sizeof(T)) == 0);
+        }
+    }
+    // Refusals name the function and the shapes.
+    Tensor<T> wrong({2, 3, 5, 5});
+    CHECK_THROWS_AS(scaled_dot_product_attention_into(wrong.view(), q.view(), k.view(), v.view()), ShapeError);
+    CHECK(test::error_message<ShapeError>([&] {
+              scaled_dot_product_attention_into(wrong.view(), q.view(), k.view(), v.view());
+          }).find("sdpa_into: out must have the output's shape [2,3,5,6] (out [2,3,5,5], q [2,3,5,4]") == 0);
+    Tensor<T> wide({2, 3, 5, 12});
+    const TensorView<T> strided(wide.data(), {2, 3, 5, 6}, {180, 60, 12, 1});
+    CHECK_THROWS_AS(scaled_dot_product_attention_into(strided, q.view(), k.view(), v.view()), ShapeError);
+    // An output on top of an input would be written while it is read.
+    Tensor<T> qv({2, 3, 5, 4});
+    CHECK_THROWS_AS(scaled_dot_product_attention_into(qv.view(), qv.view(), k.view(), k.view()), ConfigError);
+    SdpaOptions weights;
+    weights.return_weights = true;
+    Tensor<T> out({2, 3, 5, 6});
+    CHECK_THROWS_AS(scaled_dot_product_attention_into(out.view(), q.view(), k.view(), v.view(), std::nullopt, weights),
+                    ConfigError);
+}

@@ -563,3 +563,43 @@ TEMPLATE_TEST_CASE("on every SIMD target, the kernel's packing converts every 16
     }
     force_simd_target(forced);
 }
+
+TEST_CASE("the kept workspace never carries one call's packed keys into the next: calls of every storage type and "
+          "shape in turn give each call's own bits", "[tiled][workspace]") {
+    // float16, bfloat16 and float calls share one workspace per thread (they compute in float), and a call of the
+    // same shape as the last one must still pack its own keys.
+    Rng rng(83);
+    SdpaOptions o;
+    o.backend = Backend::Tiled;
+    o.num_threads = 1;
+    const auto first = [&](auto q, auto k, auto v) {
+        return scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, o).output;
+    };
+    const Tensor<float> qf = random_tensor<float>(rng, {1, 2, 5, 8}), kf = random_tensor<float>(rng, {1, 2, 9, 8}),
+                        vf = random_tensor<float>(rng, {1, 2, 9, 8});
+    const Tensor<float> kf2 = random_tensor<float>(rng, {1, 2, 9, 8});
+    const Tensor<float16> qh = random_tensor<float16>(rng, {1, 2, 5, 8}), kh = random_tensor<float16>(rng, {1, 2, 9, 8}),
+                          vh = random_tensor<float16>(rng, {1, 2, 9, 8});
+    const Tensor<bfloat16> qb = random_tensor<bfloat16>(rng, {1, 2, 5, 8}), kb = random_tensor<bfloat16>(rng, {1, 2, 9, 8}),
+                           vb = random_tensor<bfloat16>(rng, {1, 2, 9, 8});
+    // Each call's bits, first on their own (each after a call of another shape, so nothing can be reused).
+    const Tensor<float> lone_f = first(qf, kf, vf);
+    (void)first(random_tensor<float>(rng, {1, 1, 3, 4}), random_tensor<float>(rng, {1, 1, 3, 4}),
+                random_tensor<float>(rng, {1, 1, 3, 4}));
+    const Tensor<float> lone_f2 = first(qf, kf2, vf);
+    const Tensor<float16> lone_h = first(qh, kh, vh);
+    const Tensor<bfloat16> lone_b = first(qb, kb, vb);
+    // Then in turn, same shapes back to back.
+    for (int round = 0; round < 2; ++round) {
+        const Tensor<float> a = first(qf, kf, vf), a2 = first(qf, kf2, vf);
+        const Tensor<float16> h = first(qh, kh, vh);
+        const Tensor<bfloat16> b = first(qb, kb, vb);
+        const Tensor<float> c = first(qf, kf, vf);
+        CHECK(std::memcmp(a.data(), lone_f.data(), sizeof(float) * a.numel()) == 0);
+        CHECK(std::memcmp(a2.data(), lone_f2.data(), sizeof(float) * a2.numel()) == 0);
+        CHECK(std::memcmp(h.data(), lone_h.data(), sizeof(float16) * h.numel()) == 0);
+        CHECK(std::memcmp(b.data(), lone_b.data(), sizeof(bfloat16) * b.numel()) == 0);
+        CHECK(std::memcmp(c.data(), lone_f.data(), sizeof(float) * c.numel()) == 0);
+    }
+    CHECK(std::memcmp(lone_f.data(), lone_f2.data(), sizeof(float) * lone_f.numel()) != 0);  // the keys matter
+}

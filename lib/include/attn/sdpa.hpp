@@ -125,4 +125,25 @@ SdpaResult<bfloat16> scaled_dot_product_attention(TensorView<const bfloat16> q, 
                                                   std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
                                                   const SdpaOptions& options = {});
 
+// The same call writing the output into `out`, a contiguous tensor of the output's shape that the caller owns and
+// may reuse from call to call: no allocation, and no first touch of fresh pages, which costs as much as the kernel
+// on a large output. Bitwise the output of scaled_dot_product_attention. ShapeError for another shape or a strided
+// `out`, ConfigError when it overlaps an input or options.return_weights is set (the weights need the other call).
+void scaled_dot_product_attention_into(TensorView<float> out, TensorView<const float> q, TensorView<const float> k,
+                                       TensorView<const float> v,
+                                       std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                       const SdpaOptions& options = {});
+void scaled_dot_product_attention_into(TensorView<double> out, TensorView<const double> q, TensorView<const double> k,
+                                       TensorView<const double> v,
+                                       std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                       const SdpaOptions& options = {});
+void scaled_dot_product_attention_into(TensorView<float16> out, TensorView<const float16> q,
+                                       TensorView<const float16> k, TensorView<const float16> v,
+                                       std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                       const SdpaOptions& options = {});
+void scaled_dot_product_attention_into(TensorView<bfloat16> out, TensorView<const bfloat16> q,
+                                       TensorView<const bfloat16> k, TensorView<const bfloat16> v,
+                                       std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                       const SdpaOptions& options = {});
+
 }  // namespace attn
