@@ -63,6 +63,9 @@ void run_head_path(FuzzedDataProvider& in, const HeadPathSizes& sizes) {
     SdpaOptions options = decode_options(in, false);
     const Dims dims{{B, H}, Tq, Tk, Dk, Dv};
     const MaskSpec spec = decode_mask_spec(in, dims);
+    // An additive bias and ALiBi slopes on the same eighth of the inputs as in the sdpa target (decode_bias_spec):
+    // the module's head path takes them as MhaOptions::bias and alibi_slopes.
+    const BiasSpec bias_spec = decode_bias_spec(in, spec, dims);
     ValueSource<T> values(in, profile);
     const auto fill = [&](Index) { return values.next(); };
     const Operand<T> q = make_operand<T>("q", {B, H, Tq, Dk}, Layout{}, fill);
@@ -74,11 +77,14 @@ void run_head_path(FuzzedDataProvider& in, const HeadPathSizes& sizes) {
         mask = make_mask(in, spec, spec.shape);
         allowed_mask = mask->view;
     }
+    const BiasOperands<T> additive = make_bias_operands(in, values, bias_spec, options);
     current_config() = std::string("mha(head_path,dtype=") + dtype_name<T>() +
                        ",B=" + std::to_string(B) + ",H=" + std::to_string(H) + ",G=" + std::to_string(G) + ",Tq=" +
                        std::to_string(Tq) + ",Tk=" + std::to_string(Tk) + ",Dk=" + std::to_string(Dk) + ",Dv=" +
                        std::to_string(Dv) + ",mask=" + kind_name(spec.kind) + (mask ? to_string(spec.shape) : "") +
-                       "," + describe(options) + ")";
+                       (additive.bias ? ",bias=" + to_string(bias_spec.bias_shape) : "") +
+                       (additive.slopes ? ",alibi_slopes=" + to_string(bias_spec.slopes_shape) : "") + "," +
+                       describe(options) + ")";
 
     const Tensor<T> k_heads = expand_heads(k.view, B, H), v_heads = expand_heads(v.view, B, H);
     const auto path = attempt<SdpaResult<T>>([&] { return detail::mha_sdpa_path(q.view, k.view, v.view, allowed_mask, options); });
@@ -94,7 +100,9 @@ void run_head_path(FuzzedDataProvider& in, const HeadPathSizes& sizes) {
         return;
     }
 #if ATTN_FUZZ_HAVE_ORACLE
-    const AllowedModel model = model_allowed({B, H}, Tq, Tk, mask ? &mask->view : nullptr, options);
+    const AllowedModel model = model_allowed({B, H}, Tq, Tk, mask ? &mask->view : nullptr, options,
+                                             additive.bias ? &additive.bias->view : nullptr,
+                                             additive.slopes ? &additive.slopes->view : nullptr);
     const ReadSummary reads = summarise_reads(model, q.view, k_heads.view(), v_heads.view());
     const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(Dk));
     if (reads.all_finite && !overflow_possible<T>(reads, scale) && small_enough_for_oracle(B * H, Tq, Tk, Dk, Dv))

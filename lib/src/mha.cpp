@@ -293,6 +293,7 @@ MhaResult<T> MultiHeadAttention<T>::run(const char* function_name, TensorView<co
     const PositionRule positions = detail::position_rule(function, options, " (" + shapes + ")");
     const detail::HeadReadability readable = detail::head_readability(masks.allowed, positions, B, H_, Tq, Tk);
     detail::throw_if_empty_head_row(function, readable, positions, options.empty_rows, shapes + masks.shapes);
+    detail::check_head_slopes<T>(function, bias, Tq, Tk, shapes + masks.shapes);
     if (options.check_finite) {
         detail::check_head_bias<T>(function, bias, masks, positions, shapes + masks.shapes);
         for (const auto& [name, p] : {std::pair<const char*, const Tensor<T>*>{"q_proj_weight", &q_weight_},

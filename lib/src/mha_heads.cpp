@@ -247,6 +247,7 @@ MhaResult<T> multi_head_sdpa_impl(TensorView<const T> q, TensorView<const T> k, 
     const PositionRule positions = position_rule(function, options, " (" + shapes + ")");
     const HeadReadability readable = head_readability(masks.allowed, positions, B, H, Tq, Tk);
     throw_if_empty_head_row(function, readable, positions, options.empty_rows, shapes + masks.shapes);
+    check_head_slopes<T>(function, bias, Tq, Tk, shapes + masks.shapes);
     if (options.check_finite) {
         check_head_bias<T>(function, bias, masks, positions, shapes + masks.shapes);
         // Per head: a NaN in a head slice nobody reads must not matter, as in SDPA.

@@ -640,12 +640,20 @@ HeadBias<T> resolve_bias(const std::string& function, const std::string& input_s
     }
     if (options.alibi_slopes) {
         r.slopes = broadcast_alibi_slopes<T>(function, *options.alibi_slopes, {B, H}, shapes);
-        for (Index b = 0; b < B; ++b)
-            for (Index h = 0; h < H; ++h)
-                check_alibi_slope(function, static_cast<compute_t<T>>((*r.slopes)({b, h})), Tq, Tk,
-                                  options.alibi_slopes->shape(), "batch index " + to_string(Shape{b, h}), shapes);
+        r.slopes_shape = options.alibi_slopes->shape();
     }
     return r;
+}
+
+template <class T>
+void check_head_slopes(const std::string& function, const HeadBias<T>& bias, Index Tq, Index Tk,
+                       const std::string& shapes) {
+    if (!bias.slopes) return;
+    const TensorView<const T>& slopes = *bias.slopes;
+    for (Index b = 0; b < slopes.dim(0); ++b)
+        for (Index h = 0; h < slopes.dim(1); ++h)
+            check_alibi_slope(function, static_cast<compute_t<T>>(slopes({b, h})), Tq, Tk, bias.slopes_shape,
+                              "batch index " + to_string(Shape{b, h}), " (" + shapes + ")");
 }
 
 template <class T>
@@ -679,7 +687,8 @@ void check_head_bias(const std::string& function, const HeadBias<T>& bias, const
     template HeadBias<T> resolve_bias<T>(const std::string&, const std::string&, const MhaOptions&, HeadMasks&,     \
                                          Index, Index, Index, Index);                                               \
     template void check_head_bias<T>(const std::string&, const HeadBias<T>&, const HeadMasks&, const PositionRule&, \
-                                     const std::string&);
+                                     const std::string&);                                                           \
+    template void check_head_slopes<T>(const std::string&, const HeadBias<T>&, Index, Index, const std::string&);
 ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
 #undef ATTN_INSTANTIATE
 template TensorView<const bool> mha_scores_view<bool>(const std::string&, const std::string&, const char*,

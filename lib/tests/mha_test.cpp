@@ -971,4 +971,9 @@ TEMPLATE_TEST_CASE("float masks (PyTorch's float attn_mask and key_padding_mask)
     bad = zero, bad.alibi_slopes = nan_slopes;
     CHECK_THROWS_AS(run(bad), ValueError);
     CHECK(message(bad).find(f + "alibi_slopes [2] holds nan at batch index [0,1]") == 0);
+    // An empty row is reported before a refused slope, in SDPA's order (found by the mha fuzzer: the head path threw
+    // the slope's ValueError where SDPA threw the MaskError).
+    MhaOptions empty_and_nan_slope = throwing;
+    empty_and_nan_slope.alibi_slopes = nan_slopes;
+    CHECK_THROWS_AS(run(empty_and_nan_slope), MaskError);
 }

@@ -101,6 +101,7 @@ MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorV
     const PositionRule positions = attn::detail::position_rule(f, options, " (" + shape_list + ")");
     const attn::detail::HeadReadability readable = attn::detail::head_readability(masks.allowed, positions, B, H, Tq, Tk);
     attn::detail::throw_if_empty_head_row(f, readable, positions, options.empty_rows, shape_list + masks.shapes);
+    attn::detail::check_head_slopes<T>(f, bias, Tq, Tk, shape_list + masks.shapes);
     // The oracle needs a finite bias wherever a query reads it, whatever check_finite says.
     attn::detail::check_head_bias<T>(f, bias, masks, positions, shape_list + masks.shapes);
     if (bias.bias) {

@@ -269,10 +269,11 @@ struct HeadBias {
     std::optional<TensorView<const T>> slopes;  // (B, H)
     std::string name;                           // of the bias in messages: "bias", "key_padding_bias" or their sum
     Shape shape;                                // the caller's shape (the sum's when both are given)
+    Shape slopes_shape;                         // the caller's
 };
-// Their contracts (dtype T, the shapes above, (H) or (B, H) slopes, each slope finite with a finite largest term):
-// ConfigError, ShapeError or ValueError naming them; their names are appended to masks.shapes. A -inf entry of the
-// bias blocks its key: it is and-ed into masks.allowed (masks.owned then holds the combined mask).
+// Their contracts (dtype T, the shapes above, (H) or (B, H) slopes): ConfigError or ShapeError naming them; their
+// names are appended to masks.shapes. A -inf entry of the bias blocks its key: it is and-ed into masks.allowed
+// (masks.owned then holds the combined mask).
 template <class T>
 HeadBias<T> resolve_bias(const std::string& function, const std::string& input_shapes, const MhaOptions& options,
                          HeadMasks& masks, Index B, Index H, Index Tq, Index Tk);
@@ -281,6 +282,11 @@ HeadBias<T> resolve_bias(const std::string& function, const std::string& input_s
 template <class T>
 void check_head_bias(const std::string& function, const HeadBias<T>& bias, const HeadMasks& masks,
                      const PositionRule& positions, const std::string& shapes);
+// After the empty-row check, as SDPA orders them, and whatever check_finite says: each slope finite, with a finite
+// largest term (check_alibi_slope). `shapes`: the call's, without parentheses.
+template <class T>
+void check_head_slopes(const std::string& function, const HeadBias<T>& bias, Index Tq, Index Tk,
+                       const std::string& shapes);
 // ALiBi's slope of one batch element, whatever check_finite says: finite, and its largest term slope * max(Tq - 1,
 // Tk - 1) too (a ValueError naming `slopes_shape`, `where` and `shapes` otherwise). C: the type the logits are in.
 template <class C>
