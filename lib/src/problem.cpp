@@ -158,9 +158,6 @@ void check_window(const std::string& function, const SlidingWindow& window, cons
 
 namespace {
 
-// A float tensor option (SdpaOptions::bias, alibi_slopes): of the inputs' dtype T (ConfigError otherwise) and
-// broadcastable to `target` (ShapeError otherwise, naming it as `target_name` and `target_detail`, with `hint`); the
-// view broadcast to it.
 // The option's view when it has the inputs' dtype T, a ConfigError naming it otherwise.
 template <class T>
 const TensorView<const T>& float_option_view(const std::string& function, const char* name, const FloatView& option,
@@ -172,6 +169,9 @@ const TensorView<const T>& float_option_view(const std::string& function, const 
     return *view;
 }
 
+// A float tensor option (SdpaOptions::bias, alibi_slopes): of the inputs' dtype T (ConfigError otherwise) and
+// broadcastable to `target` (ShapeError otherwise, naming it as `target_name` and `target_detail`, with `hint`); the
+// view broadcast to it.
 template <class T>
 TensorView<const T> broadcast_float_option(const std::string& function, const char* name, const FloatView& option,
                                            const Shape& target, const char* target_name, const char* target_detail,
