@@ -296,10 +296,8 @@ private:
             } else {
                 if (p_.bias) L.s[c] += Real(bias);
                 if (p_.alibi) L.s[c] += Real(-slope) * Real(distance);
-                L.logit_self[c] = round_up(
-                    L.logit_self[c] +
-                    u_mp_ * (sums * std::fabs(static_cast<Wide>(static_cast<double>(L.s[c]))) + first_extra) *
-                        (1 + 0x1p-50L));
+                L.logit_self[c] = biased_self_error(L.logit_self[c], std::fabs(static_cast<double>(L.s[c])),
+                                                    bool(p_.bias), bool(p_.alibi), L.alibi_abs[c], u_mp_);
             }
         }
     }
@@ -363,8 +361,8 @@ private:
         if (L.pre_up.empty()) return storage_logit(d, abs_s);
         const double d_pre = storage_logit(d, L.pre_up[c]);
         constexpr double eta = std::numeric_limits<C>::min();
-        if (!p_.alibi) return storage_logit(biased_logit_bound(d_pre, abs_s, u_, eta), abs_s);
-        return storage_logit(alibi_logit_bound(d_pre, L.pre_up[c], L.bias_abs[c], L.alibi_abs[c], p_.bias ? 2 : 1, u_, eta),
+        return storage_logit(additive_logit_bound(d_pre, L.pre_up[c], abs_s, bool(p_.bias), L.bias_abs[c],
+                                                  bool(p_.alibi), L.alibi_abs[c], u_, eta),
                              abs_s);
     }
 

@@ -33,8 +33,8 @@ using detail::kBoundInflation;
 using detail::logit_bound;
 using detail::logit_rounding;
 using detail::LogitRounding;
-using detail::alibi_logit_bound;
-using detail::biased_logit_bound;
+using detail::additive_logit_bound;
+using detail::biased_self_error;
 using detail::Normalisation;
 using detail::normalise;
 using detail::oracle_rounding;
@@ -339,19 +339,13 @@ private:
         const double d = options_.softcap != 0 ? L.a[c] : per_key_scale_bound(L.a[c], pre_up, scale_gamma(model_, u_, 0.0));
         const double bias = p_.bias_at(b, h, i, j), slope = p_.slope(b, h), distance = p_.alibi_distance(i, j);
         const double a_abs = p_.alibi ? round_up(std::fabs(static_cast<Wide>(slope) * distance) * (1 + 0x1p-52L)) : 0.0;
-        const int sums = p_.bias && p_.alibi ? 2 : 1;
         if (p_.bias) L.s[c] += Real(bias);
         if (p_.alibi) L.s[c] += Real(-slope) * Real(distance);
         const double abs_biased = std::fabs(static_cast<double>(L.s[c]));
-        L.a_self[c] = round_up(L.a_self[c] + u_mp_ * (sums * static_cast<Wide>(abs_biased) + (sums == 2 ? a_abs : 0.0)) *
-                                                 (1 + 0x1p-50L));
+        L.a_self[c] = biased_self_error(L.a_self[c], abs_biased, p_.bias, p_.alibi, a_abs, u_mp_);
+        const double abs_s = round_up(static_cast<Wide>(abs_biased) * (1 + 0x1p-52L) + L.a_self[c]);
         constexpr double eta = std::numeric_limits<C>::min();  // a flushed subnormal sum
-        if (!p_.alibi) {
-            const double abs_s = round_up(static_cast<Wide>(abs_biased) * (1 + 0x1p-52L) + L.a_self[c]);
-            L.a[c] = biased_logit_bound(d, abs_s, u_, eta);
-        } else {
-            L.a[c] = alibi_logit_bound(d, pre_up, std::fabs(bias), a_abs, sums, u_, eta);
-        }
+        L.a[c] = additive_logit_bound(d, pre_up, abs_s, p_.bias, std::fabs(bias), p_.alibi, a_abs, u_, eta);
     }
 
     // Step 3 from the oracle's values: sigma_j >= the exact m - s_j (the oracle's is within 2 A_self of it); the

@@ -287,6 +287,23 @@ inline double alibi_logit_bound(double d, double x_up, double b_abs, double a_ab
     return round_up((static_cast<Wide>(d) + e_a + gamma(static_cast<double>(sums), u) * terms + eta) * kBoundInflation);
 }
 
+// a''_j of a logit with an additive term, either form: `d` the error of the logit before it (|x_j| <= x_up), `t_up`
+// >= |t_j| of the biased logit; with ALiBi (alibi_abs >= |m d_j|) its product and one or two additions, else the
+// one addition of the explicit bias.
+inline double additive_logit_bound(double d, double x_up, double t_up, bool bias, double bias_abs, bool alibi,
+                                   double alibi_abs, double u, double eta) {
+    if (!alibi) return biased_logit_bound(d, t_up, u, eta);
+    return alibi_logit_bound(d, x_up, bias_abs, alibi_abs, bias ? 2 : 1, u, eta);
+}
+
+// The oracle's own error of a biased logit t_j in MPFR (u_mp per sum; the product m d_j exact): self + u_mp (sums |t_j|
+// + the first of two sums' extra |m d_j|), rounded up.
+inline double biased_self_error(double self, double abs_t, bool bias, bool alibi, double alibi_abs, double u_mp) {
+    const int sums = bias && alibi ? 2 : 1;
+    const Wide first_extra = sums == 2 ? alibi_abs : 0.0;
+    return round_up(self + u_mp * (sums * static_cast<Wide>(abs_t) + first_extra) * (1 + 0x1p-50L));
+}
+
 // ---- sections 0 and 5: the row's exact softmax and weighted sum, in Real ------------------------------------------
 
 // Weights p_j = exp(s_j - m) / W over the row's n keys, with what the bound needs of them.

@@ -39,13 +39,9 @@ SdpaCase head_slice(const SdpaCase& c, Index h) {
             for (Index x = 0; x < c.Tq * c.Tk; ++x) bias[b * c.Tq * c.Tk + x] = full[(b * c.H + h) * c.Tq * c.Tk + x];
         s.bias = std::move(bias);
     }
-    if (c.alibi_slopes) {  // (H) -> (1), (B, H) -> (B, 1): head h's slopes
-        const Tensor<double>& all = *c.alibi_slopes;
-        const Index batch = all.rank() == 2 ? all.dim(0) : 1;
-        Tensor<double> slopes(all.rank() == 2 ? Shape{batch, 1} : Shape{1});
-        for (Index b = 0; b < batch; ++b) slopes[b] = all[b * c.H + h];
-        s.alibi_slopes = std::move(slopes);
-    }
+    if (c.alibi_slopes)  // head h's slopes, (B, 1)
+        s.alibi_slopes = Tensor<double>::copy_of(
+            c.alibi_slopes->view().broadcast_to({c.B, c.H}, "suite", "alibi_slopes").slice(1, h, h + 1));
     return s;
 }
 

@@ -17,11 +17,9 @@ Property mask_broadcast_equals_expanded_mask() {
         expanded.allowed_mask = expanded_allowed(c);  // (B, H, Tq, Tk), contiguous
         expanded.mask_stride0 = false;
         if (c.bias) expanded.bias = expanded_bias(c);  // (B, H, Tq, Tk), contiguous
-        if (c.alibi_slopes && c.alibi_slopes->rank() == 1) {  // (H) -> (B, H)
-            Tensor<double> slopes({c.B, c.H});
-            for (Index x = 0; x < slopes.numel(); ++x) slopes[x] = (*c.alibi_slopes)[x % c.H];
-            expanded.alibi_slopes = std::move(slopes);
-        }
+        if (c.alibi_slopes)  // (H) -> (B, H), contiguous
+            expanded.alibi_slopes =
+                Tensor<double>::copy_of(c.alibi_slopes->view().broadcast_to({c.B, c.H}, "suite", "alibi_slopes"));
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {
             return bitwise_equal(c, run_impl<T>(impl, c), run_impl<T>(impl, expanded), "broadcast vs expanded mask");
         });

@@ -101,13 +101,6 @@ struct ModuleCall {
     }
 };
 
-template <class T>
-Tensor<T> in_dtype(const Tensor<double>& x) {
-    Tensor<T> t(x.shape());
-    for (Index f = 0; f < t.numel(); ++f) t[f] = static_cast<T>(x[f]);
-    return t;
-}
-
 // The case's bias in a form the module takes: (Tq, Tk) as 2-D, (B, H, Tq, Tk) as 4-D, any other written out to
 // (B, H, Tq, Tk) (the module reads a 3-D bias as (B, Tq, Tk), not NumPy's (H, Tq, Tk)); sometimes a float key
 // padding (B, Tk) on top, with a -inf for one key in eight (summed with the bias in the dtype, as PyTorch does);
@@ -118,7 +111,7 @@ std::string draw_bias(const SdpaCase& c, ModuleCall<T>& call, Rng& rng) {
     if (c.bias) {
         const Index rank = c.bias->rank();
         const bool as_is = (rank == 2 && c.bias->dim(0) == c.Tq) || rank == 4;
-        call.bias = in_dtype<T>(as_is ? *c.bias : expanded_bias(c));
+        call.bias = cast_tensor<T>(as_is ? *c.bias : expanded_bias(c));
         what += ", bias " + to_string(call.bias->shape());
     }
     if (rng.below(4) == 0 && (c.bias || c.alibi_slopes)) {
@@ -129,7 +122,7 @@ std::string draw_bias(const SdpaCase& c, ModuleCall<T>& call, Rng& rng) {
         what += ", key_padding_bias";
     }
     if (c.alibi_slopes) {
-        call.slopes = in_dtype<T>(*c.alibi_slopes);
+        call.slopes = cast_tensor<T>(*c.alibi_slopes);
         what += ", alibi_slopes " + to_string(call.slopes->shape());
     }
     return what;
