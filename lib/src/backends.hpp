@@ -10,18 +10,28 @@
 
 namespace attn::detail {
 
-// Every kernel writes output (batch, Tq, Dv) and, when weights != nullptr, weights (batch, Tq, Tk), both
-// contiguous. Contract checks (empty rows under Throw, finite inputs) have already run; rows with no allowed key
-// are written per options.empty_rows by write_empty_row.
+// Every kernel writes output (batch, Tq, Dv), when weights != nullptr weights (batch, Tq, Tk), and when lse != nullptr
+// each row's log-sum-exp (batch, Tq) (SdpaOptions::return_lse), all contiguous. Contract checks (empty rows under
+// Throw, finite inputs) have already run; rows with no allowed key are written per options.empty_rows by
+// write_empty_row (their lse is -inf).
 template <class T>
 void sdpa_reference(const SdpaProblem<T>& problem, const std::vector<Readability>& readable, const SdpaOptions& options,
-                    T* output, T* weights);
+                    T* output, T* weights, compute_t<T>* lse);
 
-// FlashAttention-style: output only (never a Tq x Tk matrix, so no weights), same contracts as sdpa_reference.
-// Block sizes and rounding structure: attn/tiled.hpp.
+// Step 3 of sdpa_reference for query row i of batch element b: row[c], the logit scale * q.k of readable key keys[c]
+// (c < n) in the compute type T, becomes its weight: blocked keys 0, the others soft-capped (std::tanh), biased
+// (bias_at), exponentiated after the row's max and normalised by their sum. Returns the row's lse, max + log(sum).
+// With cap_derivative, cap_derivative[c] = 1 - tanh^2(s / softcap) for each allowed key under a cap (the backward's
+// factor). A logit that overflowed is a ValueError under check_finite.
+template <class S, class T = compute_t<S>>
+T reference_softmax_row(const SdpaProblem<S>& p, const SdpaOptions& options, Index b, Index i, const Index* keys,
+                        Index n, T* row, T* cap_derivative);
+
+// FlashAttention-style: output and lse only (never a Tq x Tk matrix, so no weights), same contracts as
+// sdpa_reference. Block sizes and rounding structure: attn/tiled.hpp.
 template <class T>
 void sdpa_tiled(const SdpaProblem<T>& problem, const std::vector<Readability>& readable, const SdpaOptions& options,
-                T* output);
+                T* output, compute_t<T>* lse);
 
 // x[i] = exp(x[i]) for i < n with the exp the tiled kernel uses (Highway's Exp), so its accuracy can be measured.
 template <class T>

@@ -78,6 +78,8 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     if (allowed_mask) shapes += ", allowed_mask " + to_string(allowed_mask->shape());
     shapes = " (" + shapes + ")";
     check_qkv_shapes(function, q.shape(), k.shape(), v.shape(), shapes);
+    if (options.return_lse)
+        throw ConfigError(function + ": the module's path returns no lse; call scaled_dot_product_attention" + shapes);
     const Index Tq = q.dim(-2), Tk = k.dim(-2), Dk = q.dim(-1), Dv = v.dim(-1);
     const PathHeads heads = path_heads(function, q, k, v, shapes);
     const Shape& batch = heads.batch;
@@ -100,7 +102,7 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     if (options.bias) bias_full = broadcast_bias_to_scores<T>(function, *options.bias, with(batch, {Tq, Tk}), shapes);
     if (options.alibi_slopes) slopes_full = broadcast_alibi_slopes<T>(function, *options.alibi_slopes, batch, shapes);
     if (H == 0 || B == 0) {  // no heads or no batch: SDPA's answer is empty too
-        SdpaResult<T> empty{Tensor<T>(output_shape), std::nullopt};
+        SdpaResult<T> empty{Tensor<T>(output_shape), std::nullopt, std::nullopt};
         if (options.return_weights) empty.weights = Tensor<T>(weights_shape);
         return empty;
     }
@@ -132,7 +134,7 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     MhaResult<T> r = multi_head_sdpa(xq.view(), xk.view(), xv.view(), H, G, mask_view, mha, {});
     // unpack: context (B, Tq, H*Dv) -> (B, Tq, H, Dv) -> transpose -> (B, H, Tq, Dv) -> (batch..., Tq, Dv).
     const TensorView<const T> context(r.output.data(), {B, H, Tq, Dv}, {Tq * H * Dv, Dv, H * Dv, 1});
-    SdpaResult<T> result{Tensor<T>::copy_of(context).reshaped(output_shape), std::nullopt};
+    SdpaResult<T> result{Tensor<T>::copy_of(context).reshaped(output_shape), std::nullopt, std::nullopt};
     if (r.weights) result.weights = std::move(*r.weights).reshaped(weights_shape);
     return result;
 }

@@ -33,18 +33,6 @@ const char* dtype_of() {
     else return "bfloat16";
 }
 
-template <class V>
-std::vector<Index> batch_offsets(const V& view, Index batch_rank, const Shape& batch_shape) {
-    std::vector<Index> offsets;
-    offsets.reserve(static_cast<std::size_t>(numel(batch_shape)));
-    for_each_index(batch_shape, [&](std::span<const Index> idx) {
-        Index off = 0;
-        for (Index d = 0; d < batch_rank; ++d) off += idx[static_cast<std::size_t>(d)] * view.stride(d);
-        offsets.push_back(off);
-    });
-    return offsets;
-}
-
 template <class T>
 bool finite(T x) {
     return std::isfinite(x);
@@ -334,6 +322,13 @@ Shape SdpaProblem<T>::weights_shape() const {
 }
 
 template <class T>
+Shape SdpaProblem<T>::lse_shape() const {
+    Shape s = batch_shape;
+    s.push_back(Tq);
+    return s;
+}
+
+template <class T>
 std::string SdpaProblem<T>::batch_index_string(Index b) const {
     Shape idx(batch_shape.size(), 0);
     for (std::size_t d = batch_shape.size(); d-- > 0;) {
@@ -387,12 +382,12 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     detail::check_softcap<compute_t<T>>(function, options.softcap, shapes);
     p.softcap = options.softcap;
     const Index br = static_cast<Index>(p.batch_shape.size());
-    p.q_offset = batch_offsets(p.q, br, p.batch_shape);
-    p.k_offset = batch_offsets(p.k, br, p.batch_shape);
-    p.v_offset = batch_offsets(p.v, br, p.batch_shape);
-    if (p.allowed_mask) p.mask_offset = batch_offsets(*p.allowed_mask, br, p.batch_shape);
-    if (p.bias) p.bias_offset = batch_offsets(*p.bias, br, p.batch_shape);
-    if (p.alibi) p.alibi_offset = batch_offsets(*p.alibi, br, p.batch_shape);
+    p.q_offset = detail::batch_offsets(p.q, br, p.batch_shape);
+    p.k_offset = detail::batch_offsets(p.k, br, p.batch_shape);
+    p.v_offset = detail::batch_offsets(p.v, br, p.batch_shape);
+    if (p.allowed_mask) p.mask_offset = detail::batch_offsets(*p.allowed_mask, br, p.batch_shape);
+    if (p.bias) p.bias_offset = detail::batch_offsets(*p.bias, br, p.batch_shape);
+    if (p.alibi) p.alibi_offset = detail::batch_offsets(*p.alibi, br, p.batch_shape);
     return p;
 }
 

@@ -59,17 +59,18 @@ Backend resolve(Backend requested, const SdpaOptions& options, Index Tq, Index T
     return Tq * Tk >= auto_tiled_min_scores ? Backend::Tiled : Backend::Reference;
 }
 
-// The chosen backend writes the output (every element) and the weights (when asked) of a checked problem.
+// The chosen backend writes the output (every element), and the weights and the lse (when asked) of a checked
+// problem.
 template <class T>
 void run_backend(const SdpaProblem<T>& problem, const std::vector<Readability>& readable, Backend backend,
-                 const SdpaOptions& options, T* output, T* weights) {
+                 const SdpaOptions& options, T* output, T* weights, compute_t<T>* lse) {
     switch (backend) {
         case Backend::Auto:
         case Backend::Reference:
-            detail::sdpa_reference(problem, readable, options, output, weights);
+            detail::sdpa_reference(problem, readable, options, output, weights, lse);
             break;
         case Backend::Tiled:
-            detail::sdpa_tiled(problem, readable, options, output);
+            detail::sdpa_tiled(problem, readable, options, output, lse);
             break;
     }
 }
@@ -83,10 +84,11 @@ SdpaResult<T> sdpa(TensorView<const T> q, TensorView<const T> k, TensorView<cons
     // The tiled kernel writes every element of every output row (empty rows per the policy included).
     SdpaResult<T> result{backend == Backend::Tiled ? Tensor<T>::uninitialized(problem.output_shape())
                                                    : Tensor<T>(problem.output_shape()),
-                         std::nullopt};
+                         std::nullopt, std::nullopt};
     if (options.return_weights) result.weights = Tensor<T>(problem.weights_shape());
+    if (options.return_lse) result.lse = Tensor<compute_t<T>>::uninitialized(problem.lse_shape());
     run_backend(problem, readable, backend, options, result.output.data(),
-                result.weights ? result.weights->data() : nullptr);
+                result.weights ? result.weights->data() : nullptr, result.lse ? result.lse->data() : nullptr);
     return result;
 }
 
@@ -116,9 +118,9 @@ void sdpa_into(TensorView<T> out, TensorView<const T> q, TensorView<const T> k, 
     const std::string function = "sdpa_into";
     const SdpaProblem<T> problem = make_sdpa_problem<T>(function, q, k, v, allowed_mask, options);
     const std::string shapes = " (out " + to_string(out.shape()) + ", " + problem.shapes + ")";
-    if (options.return_weights)
-        throw ConfigError(function + ": writes the output only; call scaled_dot_product_attention for the weights" +
-                          shapes);
+    if (options.return_weights || options.return_lse)
+        throw ConfigError(function + ": writes the output only; call scaled_dot_product_attention for the weights or "
+                          "the lse" + shapes);
     if (out.shape() != problem.output_shape())
         throw ShapeError(function + ": out must have the output's shape " + to_string(problem.output_shape()) + shapes);
     if (!out.is_contiguous()) throw ShapeError(function + ": out must be contiguous (C order)" + shapes);
@@ -135,7 +137,7 @@ void sdpa_into(TensorView<T> out, TensorView<const T> q, TensorView<const T> k, 
     const Backend backend = resolve(options.backend, options, problem.Tq, problem.Tk);
     // The reference backend adds into a zeroed output; the tiled kernel writes every element.
     if (backend != Backend::Tiled) std::fill_n(out.data(), out.numel(), T(0));
-    run_backend<T>(problem, readable, backend, options, out.data(), nullptr);
+    run_backend<T>(problem, readable, backend, options, out.data(), nullptr, nullptr);
 }
 
 }  // namespace

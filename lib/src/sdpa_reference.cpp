@@ -68,13 +68,48 @@ void parallel_for(Index count, int threads, const std::function<void(Index)>& bo
     if (first_error) std::rethrow_exception(first_error);
 }
 
+template <class S, class T>
+T reference_softmax_row(const SdpaProblem<S>& p, const SdpaOptions& options, Index b, Index i, const Index* keys,
+                        Index n, T* row, T* cap_derivative) {
+    // The cap, softcap * tanh(s / softcap) with std::tanh in T, and then the bias (one addition in T) apply to allowed
+    // logits only: blocked ones (a -inf bias included) stay -inf.
+    const T cap = static_cast<T>(p.softcap);
+    T row_max = -std::numeric_limits<T>::infinity();
+    for (Index c = 0; c < n; ++c) {
+        if (!p.allowed(b, i, keys[c])) {
+            row[c] = -std::numeric_limits<T>::infinity();  // blocked: exactly zero weight after exp
+            continue;
+        }
+        if (options.check_finite && !std::isfinite(row[c]))
+            throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i, p.shapes);
+        if (cap != 0) {
+            const T t = std::tanh(row[c] / cap);
+            if (cap_derivative) cap_derivative[c] = T(1) - t * t;
+            row[c] = cap * t;
+        }
+        if (p.has_bias()) {
+            row[c] += p.bias_at(b, i, keys[c]);
+            if (options.check_finite && !std::isfinite(row[c]))
+                throw_overflow(p.function, "a logit plus its bias", p.batch_index_string(b), i, p.shapes);
+        }
+        row_max = std::max(row_max, row[c]);
+    }
+    T sum = 0;
+    for (Index c = 0; c < n; ++c) {
+        row[c] = std::exp(row[c] - row_max);  // exp(-inf) = 0 for blocked keys
+        sum += row[c];
+    }
+    for (Index c = 0; c < n; ++c) row[c] /= sum;
+    return row_max + std::log(sum);
+}
+
 // q (Tq, Dk), k (Tk, Dk), v (Tk, Dv) per batch element b; only the readable keys (n of them) are gathered, so
 // values nobody may read never enter a product (0 * NaN would still be NaN). S is the storage type, T the type the
 // kernel computes in (float for the 16-bit types): the gather converts (exactly), the output and the weights are
 // computed in T and rounded to S once, before the checks of step 5.
 template <class S>
 void sdpa_reference(const SdpaProblem<S>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
-                    S* output, S* weights) {
+                    S* output, S* weights, compute_t<S>* lse) {
     using T = compute_t<S>;
     const Index Tq = p.Tq, Tk = p.Tk, Dk = p.Dk, Dv = p.Dv;
     parallel_for(p.batch, thread_count(options), [&](Index b) {
@@ -115,37 +150,15 @@ void sdpa_reference(const SdpaProblem<S>& p, const std::vector<Readability>& rea
                 1);
 
         // 3. mask, soft-cap, bias, max, exp, sum, normalise, per query row; s becomes the weights over readable keys.
-        // The cap, softcap * tanh(s / softcap) with std::tanh in T, and then the bias (one addition in T) apply to
-        // allowed logits only: blocked ones (a -inf bias included) stay -inf.
-        const T cap = static_cast<T>(p.softcap);
         for (Index i = 0; i < Tq; ++i) {
             T* row = s.data() + i * n;
             if (!r.row_nonempty[static_cast<std::size_t>(i)]) {
                 std::fill_n(row, n, T(0));
+                if (lse) lse[b * Tq + i] = -std::numeric_limits<T>::infinity();
                 continue;
             }
-            T row_max = -std::numeric_limits<T>::infinity();
-            for (Index c = 0; c < n; ++c) {
-                if (!p.allowed(b, i, keys[c])) {
-                    row[c] = -std::numeric_limits<T>::infinity();  // blocked: exactly zero weight after exp
-                    continue;
-                }
-                if (options.check_finite && !std::isfinite(row[c]))
-                    throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i, p.shapes);
-                if (cap != 0) row[c] = cap * std::tanh(row[c] / cap);
-                if (p.has_bias()) {
-                    row[c] += p.bias_at(b, i, keys[c]);
-                    if (options.check_finite && !std::isfinite(row[c]))
-                        throw_overflow(p.function, "a logit plus its bias", p.batch_index_string(b), i, p.shapes);
-                }
-                row_max = std::max(row_max, row[c]);
-            }
-            T sum = 0;
-            for (Index c = 0; c < n; ++c) {
-                row[c] = std::exp(row[c] - row_max);  // exp(-inf) = 0 for blocked keys
-                sum += row[c];
-            }
-            for (Index c = 0; c < n; ++c) row[c] /= sum;
+            const T row_lse = reference_softmax_row(p, options, b, i, keys.data(), n, row, static_cast<T*>(nullptr));
+            if (lse) lse[b * Tq + i] = row_lse;
         }
 
         // 4. output: out (Tq, Dv) = s (Tq, n) @ vc (n, Dv).
@@ -189,8 +202,10 @@ void sdpa_reference(const SdpaProblem<S>& p, const std::vector<Readability>& rea
 
 #define ATTN_INSTANTIATE(S)                                                                                        \
     template void write_empty_row<S>(EmptyRowPolicy, S*, Index, S*, Index);                                        \
+    template compute_t<S> reference_softmax_row<S>(const SdpaProblem<S>&, const SdpaOptions&, Index, Index,        \
+                                                   const Index*, Index, compute_t<S>*, compute_t<S>*);             \
     template void sdpa_reference<S>(const SdpaProblem<S>&, const std::vector<Readability>&, const SdpaOptions&, S*, \
-                                    S*);
+                                    S*, compute_t<S>*);
 ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
 #undef ATTN_INSTANTIATE
 

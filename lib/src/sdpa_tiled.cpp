@@ -389,7 +389,7 @@ bool all_finite(const T* s, Index count) {
 // bounds and row state: split, each step would take a dozen of them as arguments.
 template <class S, class T>
 void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& options, Index b, Index i0, Index i1,
-          const Layout& L, Workspace<T>& w, S* out) {
+          const Layout& L, Workspace<T>& w, S* out, T* lse) {
     const Index Dk = p.Dk, Dv = p.Dv, mr = L.mr, nr = L.nr, n = L.n;
     const Index rows = i1 - i0, panels = (rows + nr - 1) / nr;
     const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -565,7 +565,12 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
         }
     }
 
-    // 6. normalise and transpose back to (rows, Dv); empty rows per policy; an overflowed output is an error.
+    // 6. normalise and transpose back to (rows, Dv); empty rows per policy; an overflowed output is an error. The
+    // log-sum-exp m + log(l) when asked (-inf for an empty row).
+    if (lse)
+        for (Index i = 0; i < rows; ++i)
+            lse[i] = r.row_nonempty[static_cast<std::size_t>(i0 + i)] ? w.row_max[i] + std::log(w.row_sum[i])
+                                                                     : -std::numeric_limits<T>::infinity();
     if (Dv == 0) return;  // nothing to write, and acc holds no storage to index into
     for (Index i = 0; i < rows; ++i) {
         S* orow = out + i * Dv;
@@ -605,7 +610,7 @@ Workspace<T>& thread_workspace(std::uint64_t call) {
 
 template <class S>
 void sdpa_tiled_impl(const SdpaProblem<S>& p, const std::vector<Readability>& readable, const SdpaOptions& options,
-                     S* output) {
+                     S* output, compute_t<S>* lse) {
     using T = compute_t<S>;
     const MicroTile mt = micro_tile<T>();
     Layout base{};
@@ -647,7 +652,8 @@ void sdpa_tiled_impl(const SdpaProblem<S>& p, const std::vector<Readability>& re
             w.row.resize(static_cast<std::size_t>(std::max<Index>({p.Dk, p.Dv, 1})));
         }
         if (w.b != b) pack_keys(p, r, b, L, w);
-        tile(p, r, options, b, i0, i1, L, w, output + b * p.Tq * p.Dv + i0 * p.Dv);
+        tile(p, r, options, b, i0, i1, L, w, output + b * p.Tq * p.Dv + i0 * p.Dv,
+             lse ? lse + b * p.Tq + i0 : nullptr);
     }, Schedule::Dynamic);
 }
 
@@ -664,20 +670,21 @@ void tiled_exp_impl(T* x, Index n) {
 }  // namespace
 
 // The per-target entry points HWY_EXPORT tabulates (plain functions: the table cannot hold templates).
-void sdpa_tiled_float(const SdpaProblem<float>& p, const std::vector<Readability>& r, const SdpaOptions& o, float* out) {
-    sdpa_tiled_impl(p, r, o, out);
+void sdpa_tiled_float(const SdpaProblem<float>& p, const std::vector<Readability>& r, const SdpaOptions& o, float* out,
+                      float* lse) {
+    sdpa_tiled_impl(p, r, o, out, lse);
 }
 void sdpa_tiled_double(const SdpaProblem<double>& p, const std::vector<Readability>& r, const SdpaOptions& o,
-                       double* out) {
-    sdpa_tiled_impl(p, r, o, out);
+                       double* out, double* lse) {
+    sdpa_tiled_impl(p, r, o, out, lse);
 }
 void sdpa_tiled_float16(const SdpaProblem<float16>& p, const std::vector<Readability>& r, const SdpaOptions& o,
-                        float16* out) {
-    sdpa_tiled_impl(p, r, o, out);
+                        float16* out, float* lse) {
+    sdpa_tiled_impl(p, r, o, out, lse);
 }
 void sdpa_tiled_bfloat16(const SdpaProblem<bfloat16>& p, const std::vector<Readability>& r, const SdpaOptions& o,
-                         bfloat16* out) {
-    sdpa_tiled_impl(p, r, o, out);
+                         bfloat16* out, float* lse) {
+    sdpa_tiled_impl(p, r, o, out, lse);
 }
 void tiled_exp_float(float* x, Index n) { tiled_exp_impl(x, n); }
 void tiled_softcap_float(float* x, Index n, float cap) { soft_cap_any_count(x, n, cap); }
@@ -708,27 +715,27 @@ HWY_EXPORT(compiled_target);
 
 template <>
 void sdpa_tiled<float>(const SdpaProblem<float>& p, const std::vector<Readability>& r, const SdpaOptions& o,
-                       float* out) {
+                       float* out, float* lse) {
     apply_simd_target_from_environment();
-    HWY_DYNAMIC_DISPATCH(sdpa_tiled_float)(p, r, o, out);
+    HWY_DYNAMIC_DISPATCH(sdpa_tiled_float)(p, r, o, out, lse);
 }
 template <>
 void sdpa_tiled<double>(const SdpaProblem<double>& p, const std::vector<Readability>& r, const SdpaOptions& o,
-                        double* out) {
+                        double* out, double* lse) {
     apply_simd_target_from_environment();
-    HWY_DYNAMIC_DISPATCH(sdpa_tiled_double)(p, r, o, out);
+    HWY_DYNAMIC_DISPATCH(sdpa_tiled_double)(p, r, o, out, lse);
 }
 template <>
 void sdpa_tiled<float16>(const SdpaProblem<float16>& p, const std::vector<Readability>& r, const SdpaOptions& o,
-                         float16* out) {
+                         float16* out, float* lse) {
     apply_simd_target_from_environment();
-    HWY_DYNAMIC_DISPATCH(sdpa_tiled_float16)(p, r, o, out);
+    HWY_DYNAMIC_DISPATCH(sdpa_tiled_float16)(p, r, o, out, lse);
 }
 template <>
 void sdpa_tiled<bfloat16>(const SdpaProblem<bfloat16>& p, const std::vector<Readability>& r, const SdpaOptions& o,
-                          bfloat16* out) {
+                          bfloat16* out, float* lse) {
     apply_simd_target_from_environment();
-    HWY_DYNAMIC_DISPATCH(sdpa_tiled_bfloat16)(p, r, o, out);
+    HWY_DYNAMIC_DISPATCH(sdpa_tiled_bfloat16)(p, r, o, out, lse);
 }
 template <>
 void tiled_exp<float>(float* x, Index n) {

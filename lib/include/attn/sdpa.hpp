@@ -80,6 +80,10 @@ struct SdpaOptions {
     EmptyRowPolicy empty_rows = EmptyRowPolicy::Throw;
     bool check_finite = true;     // ValueError on a NaN/Inf at a readable position
     bool return_weights = false;
+    // Also return each query row's log-sum-exp, lse = log(sum over allowed keys j of exp(s'_j)) with s' the final
+    // logit (scaled, soft-capped, biased), in the compute type (float for the 16-bit types): what the backward pass
+    // (attn/backward.hpp) recomputes the weights from, p_j = exp(s'_j - lse). -inf for a row with no allowed key.
+    bool return_lse = false;
     Backend backend = Backend::Auto;
     int num_threads = 0;          // 0: OpenMP's default; the result is bitwise the same for any count
     // Backend tiled only: query rows per task and keys per online-softmax step (0: attn::tiled_kernel_info's). Small
@@ -97,6 +101,7 @@ template <class T>
 struct SdpaResult {
     Tensor<T> output;                  // (..., Tq, Dv)
     std::optional<Tensor<T>> weights;  // (..., Tq, Tk) when options.return_weights
+    std::optional<Tensor<compute_t<T>>> lse = std::nullopt;  // (..., Tq) when options.return_lse
 };
 
 // q (..., Tq, Dk), k (..., Tk, Dk), v (..., Tk, Dv); leading dims broadcast (NumPy rules) to the batch shape.
@@ -128,7 +133,8 @@ SdpaResult<bfloat16> scaled_dot_product_attention(TensorView<const bfloat16> q, 
 // The same call writing the output into `out`, a contiguous tensor of the output's shape that the caller owns and
 // may reuse from call to call: no allocation, and no first touch of fresh pages, which costs as much as the kernel
 // on a large output. Bitwise the output of scaled_dot_product_attention. ShapeError for another shape or a strided
-// `out`, ConfigError when it overlaps an input or options.return_weights is set (the weights need the other call).
+// `out`, ConfigError when it overlaps an input or options.return_weights or return_lse is set (they need the other
+// call).
 void scaled_dot_product_attention_into(TensorView<float> out, TensorView<const float> q, TensorView<const float> k,
                                        TensorView<const float> v,
                                        std::optional<TensorView<const bool>> allowed_mask = std::nullopt,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -81,9 +82,10 @@ struct SdpaProblem {
         return !bias || explicit_bias(b, i, j) != -std::numeric_limits<compute_t<T>>::infinity();
     }
 
-    // Shape of the output (batch..., Tq, Dv) and of the weights (batch..., Tq, Tk).
+    // Shape of the output (batch..., Tq, Dv), of the weights (batch..., Tq, Tk) and of the lse (batch..., Tq).
     Shape output_shape() const;
     Shape weights_shape() const;
+    Shape lse_shape() const;
 
     // "[b0,b1]" of a flat batch index, for messages.
     std::string batch_index_string(Index b) const;
@@ -135,6 +137,43 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& problem, const Sd
 // The predicates behind make_sdpa_problem and check_contracts, each with its one message, for the callers that
 // hold their problem in another layout (the MHA module's (B, T, heads * D) projections, the head-path glue).
 namespace attn::detail {
+
+// Per flat batch index (C order over batch_shape), the offset of its first element in `view`, a view whose first
+// batch_rank dims are batch_shape (broadcast views have stride 0 there).
+template <class V>
+std::vector<Index> batch_offsets(const V& view, Index batch_rank, const Shape& batch_shape) {
+    std::vector<Index> offsets;
+    offsets.reserve(static_cast<std::size_t>(numel(batch_shape)));
+    for_each_index(batch_shape, [&](std::span<const Index> idx) {
+        Index off = 0;
+        for (Index d = 0; d < batch_rank; ++d) off += idx[static_cast<std::size_t>(d)] * view.stride(d);
+        offsets.push_back(off);
+    });
+    return offsets;
+}
+
+// A tensor of one row per query (the forward's out and lse, the output's gradient dout), of the shape the forward
+// gives it: (batch..., Tq, cols) or (batch..., Tq). ShapeError naming it otherwise. Row i of batch element b at row(b,
+// i), its elements col_stride apart; any strides (stride 0 too).
+template <class E>
+struct SavedRows {
+    TensorView<const E> view;
+    std::vector<Index> offset;
+    Index row_stride = 0, col_stride = 0;
+
+    SavedRows(const std::string& function, const char* name, TensorView<const E> x, const Shape& expected,
+              const Shape& batch_shape, const std::string& shapes)
+        : view(x) {
+        if (x.shape() != expected)
+            throw ShapeError(function + ": " + name + " must have the forward's shape " + to_string(expected) +
+                             ", got " + to_string(x.shape()) + " (" + shapes + ")");
+        const Index rows_dim = static_cast<Index>(batch_shape.size());
+        offset = batch_offsets(x, rows_dim, batch_shape);
+        row_stride = x.stride(rows_dim);
+        col_stride = x.rank() > rows_dim + 1 ? x.stride(rows_dim + 1) : 0;
+    }
+    const E* row(Index b, Index i) const { return view.data() + offset[static_cast<std::size_t>(b)] + i * row_stride; }
+};
 
 // q (..., Tq, Dk), k (..., Tk, Dk), v (..., Tk, Dv): rank >= 2, k's Dk equals q's, v's Tk equals k's.
 // `shapes` ends every message: " (q [..], k [..], v [..], ...)".
@@ -337,6 +376,27 @@ void check_head_rows(const std::string& function, const std::string& name, Tenso
                                              std::to_string(g) + ")",
                                          why);
             }
+}
+
+// Under check_finite, before a backward pass: a ValueError naming `name` and the position when a row of `rows` (cols
+// elements, SavedRows) that a query with an allowed key owns holds a NaN or Inf; the other rows are never read.
+template <class T, class E>
+void check_owned_rows(const SdpaProblem<T>& p, const std::vector<Readability>& readable, const char* name,
+                      const SavedRows<E>& rows, Index cols, const std::string& shapes) {
+    for (Index b = 0; b < p.batch; ++b) {
+        const Readability& r = readable[static_cast<std::size_t>(b)];
+        for (Index i = 0; i < p.Tq; ++i) {
+            if (!r.row_nonempty[static_cast<std::size_t>(i)]) continue;
+            for (Index c = 0; c < cols; ++c) {
+                const auto x = static_cast<compute_t<E>>(rows.row(b, i)[c * rows.col_stride]);
+                if (!std::isfinite(x))
+                    throw_not_finite(p.function, name, rows.view.shape(), static_cast<double>(x),
+                                     batch_row_column(p.batch_index_string(b), i, c),
+                                     "a row of a query with an allowed key (" + shapes +
+                                         "; disable check_finite to allow it)");
+            }
+        }
+    }
 }
 
 }  // namespace attn::detail

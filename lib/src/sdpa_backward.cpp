@@ -1,0 +1,241 @@
+// sdpa_backward: the forward's validation and contract checks, the saved tensors' own checks, the reference backward
+// per batch element, and the sums of the gradients of broadcast inputs.
+#include "attn/backward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attn/detail/problem.hpp"
+#include "backends.hpp"
+#include "gemm.hpp"
+
+namespace attn {
+namespace {
+
+using detail::gemm;
+using detail::throw_overflow;
+
+// The reference backward of batch element b into dq (Tq, Dk), dk (Tk, Dk), dv (Tk, Dv), contiguous, in the compute
+// type T: the forward's steps 1-3 of sdpa_reference again (gather the readable keys, the logits by gemm, mask, cap,
+// bias and the stable softmax), then dP = dout v^T, D = rowsum(P * dP), dS = P (dP - D) (times the cap's derivative),
+// and three gemms. Only readable keys and rows with an allowed key are gathered, the others are zero, so that what
+// nobody may read never enters a product.
+template <class S, class T = compute_t<S>>
+void backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& options, Index b,
+                    const detail::SavedRows<S>& dout, T* dq, T* dk, T* dv) {
+    const Index Tq = p.Tq, Tk = p.Tk, Dk = p.Dk, Dv = p.Dv;
+    const auto nonempty = [&](Index i) { return r.row_nonempty[static_cast<std::size_t>(i)] != 0; };
+    std::vector<Index> keys;  // readable key positions, ascending
+    for (Index j = 0; j < Tk; ++j)
+        if (r.key_readable[static_cast<std::size_t>(j)]) keys.push_back(j);
+    const Index n = static_cast<Index>(keys.size());
+
+    // 1. gather: qc (Tq, Dk) and go (Tq, Dv) of the rows with an allowed key, kc (n, Dk), vc (n, Dv).
+    std::vector<T> qc(static_cast<std::size_t>(Tq * Dk), T(0)), go(static_cast<std::size_t>(Tq * Dv), T(0)),
+        kc(static_cast<std::size_t>(n * Dk)), vc(static_cast<std::size_t>(n * Dv));
+    const Index qs = p.q.stride(-1), ks = p.k.stride(-1), vs = p.v.stride(-1);
+    for (Index i = 0; i < Tq; ++i) {
+        if (!nonempty(i)) continue;
+        for (Index d = 0; d < Dk; ++d) qc[i * Dk + d] = static_cast<T>(p.q_row(b, i)[d * qs]);
+        for (Index d = 0; d < Dv; ++d) go[i * Dv + d] = static_cast<T>(dout.row(b, i)[d * dout.col_stride]);
+    }
+    for (Index c = 0; c < n; ++c) {
+        for (Index d = 0; d < Dk; ++d) kc[c * Dk + d] = static_cast<T>(p.k_row(b, keys[c])[d * ks]);
+        for (Index d = 0; d < Dv; ++d) vc[c * Dv + d] = static_cast<T>(p.v_row(b, keys[c])[d * vs]);
+    }
+    const auto finite = [](const std::vector<T>& x) {
+        return std::all_of(x.begin(), x.end(), [](T y) { return std::isfinite(y); });
+    };
+    // With check_finite off a NaN or Inf may sit in a readable row: then every product runs over allowed pairs only
+    // (0 * NaN in a gemm would reach rows that may not read it, as in the forward).
+    const bool pairwise = !options.check_finite && !(finite(qc) && finite(go) && finite(kc) && finite(vc));
+
+    // 2.-3. P (Tq, n): the forward's logits and softmax; with a cap, g = 1 - tanh^2 (the cap's derivative).
+    std::vector<T> P(static_cast<std::size_t>(Tq * n));
+    gemm<T>(false, true, Tq, n, Dk, static_cast<T>(p.scale), qc.data(), Dk, 1, kc.data(), Dk, 1, T(0), P.data(), n, 1);
+    const bool capped = p.softcap != 0;
+    std::vector<T> g(capped ? static_cast<std::size_t>(Tq * n) : 0);
+    for (Index i = 0; i < Tq; ++i) {
+        T* row = P.data() + i * n;
+        if (!nonempty(i)) {
+            std::fill_n(row, n, T(0));
+            continue;
+        }
+        if (pairwise)  // the gemm may have mixed in a NaN of a row this query may not read
+            for (Index c = 0; c < n; ++c) {
+                if (!p.allowed(b, i, keys[c])) continue;
+                row[c] = 0;
+                for (Index d = 0; d < Dk; ++d) row[c] += qc[i * Dk + d] * kc[c * Dk + d];
+                row[c] *= static_cast<T>(p.scale);
+            }
+        detail::reference_softmax_row(p, options, b, i, keys.data(), n, row, capped ? g.data() + i * n : nullptr);
+    }
+
+    // 4. dP (Tq, n) = go (Tq, Dv) @ vc^T; D_i = sum_c P_ic dP_ic; dS = P (dP - D) g, 0 where blocked.
+    std::vector<T> dS(static_cast<std::size_t>(Tq * n));
+    gemm<T>(false, true, Tq, n, Dv, T(1), go.data(), Dv, 1, vc.data(), Dv, 1, T(0), dS.data(), n, 1);
+    for (Index i = 0; i < Tq; ++i) {
+        T* row = dS.data() + i * n;
+        const T* prow = P.data() + i * n;
+        if (!nonempty(i)) {
+            std::fill_n(row, n, T(0));
+            continue;
+        }
+        if (pairwise)
+            for (Index c = 0; c < n; ++c) {
+                row[c] = 0;
+                if (p.allowed(b, i, keys[c]))
+                    for (Index d = 0; d < Dv; ++d) row[c] += go[i * Dv + d] * vc[c * Dv + d];
+            }
+        T D = 0;
+        for (Index c = 0; c < n; ++c) D += prow[c] * row[c];
+        for (Index c = 0; c < n; ++c) {
+            if (!p.allowed(b, i, keys[c])) {
+                row[c] = 0;
+                continue;
+            }
+            row[c] = prow[c] * (row[c] - D);
+            if (capped) row[c] *= g[i * n + c];
+        }
+    }
+
+    // 5. dq (Tq, Dk) = scale dS @ kc; dkc (n, Dk) = scale dS^T @ qc; dvc (n, Dv) = P^T @ go.
+    std::vector<T> dkc(static_cast<std::size_t>(n * Dk), T(0)), dvc(static_cast<std::size_t>(n * Dv), T(0));
+    std::fill_n(dq, Tq * Dk, T(0));
+    const T scale = static_cast<T>(p.scale);
+    if (!pairwise) {
+        gemm<T>(false, false, Tq, Dk, n, scale, dS.data(), n, 1, kc.data(), Dk, 1, T(0), dq, Dk, 1);
+        gemm<T>(true, false, n, Dk, Tq, scale, dS.data(), n, 1, qc.data(), Dk, 1, T(0), dkc.data(), Dk, 1);
+        gemm<T>(true, false, n, Dv, Tq, T(1), P.data(), n, 1, go.data(), Dv, 1, T(0), dvc.data(), Dv, 1);
+    } else {
+        for (Index i = 0; i < Tq; ++i)
+            for (Index c = 0; c < n; ++c) {
+                if (!p.allowed(b, i, keys[c])) continue;
+                const T ds = dS[i * n + c], pc = P[i * n + c];
+                for (Index d = 0; d < Dk; ++d) dq[i * Dk + d] += ds * kc[c * Dk + d];
+                for (Index d = 0; d < Dk; ++d) dkc[c * Dk + d] += ds * qc[i * Dk + d];
+                for (Index d = 0; d < Dv; ++d) dvc[c * Dv + d] += pc * go[i * Dv + d];
+            }
+        for (Index x = 0; x < Tq * Dk; ++x) dq[x] *= scale;
+        for (T& x : dkc) x *= scale;
+    }
+
+    // 6. scatter to the key positions (0 at keys nobody reads); empty rows per the policy; overflow is an error.
+    std::fill_n(dk, Tk * Dk, T(0));
+    std::fill_n(dv, Tk * Dv, T(0));
+    for (Index c = 0; c < n; ++c) {
+        std::copy_n(dkc.data() + c * Dk, Dk, dk + keys[c] * Dk);
+        std::copy_n(dvc.data() + c * Dv, Dv, dv + keys[c] * Dv);
+    }
+    const T empty_fill = options.empty_rows == EmptyRowPolicy::Nan ? std::numeric_limits<T>::quiet_NaN() : T(0);
+    for (Index i = 0; i < Tq; ++i)
+        if (!nonempty(i)) std::fill_n(dq + i * Dk, Dk, empty_fill);
+    if (!options.check_finite) return;
+    const auto check = [&](const T* x, Index rows, Index cols, const char* what, const char* row_name,
+                           const auto& owns) {
+        for (Index i = 0; i < rows; ++i)
+            if (owns(i))
+                for (Index d = 0; d < cols; ++d)
+                    if (!std::isfinite(x[i * cols + d]))
+                        throw ValueError(p.function + ": " + what + " overflowed at batch index " +
+                                         p.batch_index_string(b) + ", " + row_name + " " + std::to_string(i) +
+                                         " although every readable input is finite (" + p.shapes +
+                                         "); scale the inputs down");
+    };
+    check(dq, Tq, Dk, "dq (scale dS k)", "query row", nonempty);
+    const auto read = [&](Index j) { return r.key_readable[static_cast<std::size_t>(j)] != 0; };
+    check(dk, Tk, Dk, "dk (scale dS^T q)", "key row", read);
+    check(dv, Tk, Dv, "dv (P^T dout)", "key row", read);
+}
+
+// The gradient of one input, (batch..., rows, cols) per batch element in `per_batch`, summed into a tensor of the
+// input's own shape (`input`: the caller's view broadcast to the batch shape, `shape`: the caller's shape) in
+// increasing batch order, then rounded to S once.
+template <class S, class T = compute_t<S>>
+Tensor<S> sum_over_broadcast(const std::vector<T>& per_batch, const Shape& shape, const Shape& batch_shape, Index rows,
+                             Index cols, const std::string& function, const char* name) {
+    std::vector<T> acc(static_cast<std::size_t>(numel(shape)), T(0));
+    Shape full = batch_shape;
+    full.push_back(rows);
+    full.push_back(cols);
+    const TensorView<const T> target =
+        TensorView<const T>(acc.data(), shape).broadcast_to(full, function, name);  // stride 0 on broadcast dims
+    const Index batch = numel(batch_shape);
+    const std::vector<Index> offsets = detail::batch_offsets(target, static_cast<Index>(batch_shape.size()), batch_shape);
+    const Index rs = target.stride(-2), cs = target.stride(-1);
+    for (Index b = 0; b < batch; ++b) {
+        const T* src = per_batch.data() + b * rows * cols;
+        T* dst = acc.data() + offsets[static_cast<std::size_t>(b)];
+        for (Index i = 0; i < rows; ++i)
+            for (Index c = 0; c < cols; ++c) dst[i * rs + c * cs] += src[i * cols + c];
+    }
+    Tensor<S> out = Tensor<S>::uninitialized(shape);
+    std::transform(acc.begin(), acc.end(), out.data(), [](T x) { return static_cast<S>(x); });
+    return out;
+}
+
+template <class S>
+SdpaGradients<S> backward(TensorView<const S> q, TensorView<const S> k, TensorView<const S> v,
+                          TensorView<const S> out, TensorView<const compute_t<S>> lse, TensorView<const S> dout,
+                          std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
+    using T = compute_t<S>;
+    const std::string function = "sdpa_backward";
+    const SdpaProblem<S> p = make_sdpa_problem<S>(function, q, k, v, allowed_mask, options);
+    const std::string shapes =
+        p.shapes + ", out " + to_string(out.shape()) + ", lse " + to_string(lse.shape()) + ", dout " +
+        to_string(dout.shape());
+    if (options.backend == Backend::Tiled)
+        throw ConfigError(function + ": backend 'tiled' has no backward pass yet; use Backend::Auto or "
+                          "Backend::Reference (" + shapes + ")");
+    const detail::SavedRows<S> out_rows(function, "out", out, p.output_shape(), p.batch_shape, shapes);
+    const detail::SavedRows<S> dout_rows(function, "dout", dout, p.output_shape(), p.batch_shape, shapes);
+    const detail::SavedRows<T> lse_rows(function, "lse", lse, p.lse_shape(), p.batch_shape, shapes);
+    const std::vector<Readability> readable = check_contracts(p, options);
+    if (options.check_finite) {
+        detail::check_owned_rows(p, readable, "out", out_rows, p.Dv, shapes);
+        detail::check_owned_rows(p, readable, "dout", dout_rows, p.Dv, shapes);
+        detail::check_owned_rows(p, readable, "lse", lse_rows, 1, shapes);
+    }
+    const Index B = p.batch, Tq = p.Tq, Tk = p.Tk, Dk = p.Dk, Dv = p.Dv;
+    std::vector<T> dq(static_cast<std::size_t>(B * Tq * Dk)), dk(static_cast<std::size_t>(B * Tk * Dk)),
+        dv(static_cast<std::size_t>(B * Tk * Dv));
+    detail::parallel_for(B, detail::thread_count(options), [&](Index b) {
+        backward_batch<S>(p, readable[static_cast<std::size_t>(b)], options, b, dout_rows, dq.data() + b * Tq * Dk,
+                          dk.data() + b * Tk * Dk, dv.data() + b * Tk * Dv);
+    });
+    SdpaGradients<S> grads{sum_over_broadcast<S>(dq, q.shape(), p.batch_shape, Tq, Dk, function, "q"),
+                           sum_over_broadcast<S>(dk, k.shape(), p.batch_shape, Tk, Dk, function, "k"),
+                           sum_over_broadcast<S>(dv, v.shape(), p.batch_shape, Tk, Dv, function, "v")};
+    if (options.check_finite) {
+        // A sum over broadcast batch elements, or the rounding to a 16-bit type, may overflow where no batch
+        // element's gradient did. Elements that are NaN by the policy (empty rows under Nan) are not overflows.
+        const auto check = [&](const Tensor<S>& g, const std::vector<T>& parts, const char* name) {
+            const bool policy_nan = std::any_of(parts.begin(), parts.end(), [](T x) { return std::isnan(x); });
+            for (Index x = 0; x < g.numel(); ++x)
+                if (std::isinf(static_cast<T>(g.data()[x])) || (!policy_nan && std::isnan(static_cast<T>(g.data()[x]))))
+                    throw ValueError(function + ": " + name + " overflowed at flat index " + std::to_string(x) +
+                                     " although every readable input is finite (" + shapes + "); scale the inputs down");
+        };
+        check(grads.dq, dq, "dq");
+        check(grads.dk, dk, "dk");
+        check(grads.dv, dv, "dv");
+    }
+    return grads;
+}
+
+}  // namespace
+
+#define ATTN_INSTANTIATE(S)                                                                                        \
+    SdpaGradients<S> sdpa_backward(TensorView<const S> q, TensorView<const S> k, TensorView<const S> v,            \
+                                   TensorView<const S> out, TensorView<const compute_t<S>> lse,                    \
+                                   TensorView<const S> dout, std::optional<TensorView<const bool>> allowed_mask,   \
+                                   const SdpaOptions& options) {                                                   \
+        return backward<S>(q, k, v, out, lse, dout, allowed_mask, options);                                        \
+    }
+ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
+#undef ATTN_INSTANTIATE
+
+}  // namespace attn

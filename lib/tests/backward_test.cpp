@@ -1,0 +1,248 @@
+// attn/backward.hpp and SdpaOptions::return_lse: the row log-sum-exp of both backends where it is exact, the backward
+// pass against the oracle's exact gradients on inputs whose every intermediate is exact (so the bits must agree),
+// its contracts (zero gradients where nobody reads, empty rows per policy, the sums of broadcast inputs, causal
+// independence, thread counts) and its refusals.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "attn/attn.hpp"
+#include "attn/oracle/backward.hpp"
+#include "error_message.hpp"
+
+using namespace attn;
+using Catch::Contains;
+
+namespace {
+
+template <class T>
+bool same_bits(const Tensor<T>& a, const Tensor<T>& b) {
+    return a.shape() == b.shape() &&
+           std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.numel()) * sizeof(T)) == 0;
+}
+
+template <class T>
+Tensor<T> integers(const Shape& shape, std::mt19937_64& rng, int lo, int hi) {
+    std::uniform_int_distribution<int> dist(lo, hi);
+    Tensor<T> t(shape);
+    for (Index x = 0; x < t.numel(); ++x) t[x] = static_cast<T>(dist(rng));
+    return t;
+}
+
+template <class T>
+Tensor<T> normal(const Shape& shape, std::mt19937_64& rng) {
+    std::normal_distribution<double> dist(0.0, 1.0);
+    Tensor<T> t(shape);
+    for (Index x = 0; x < t.numel(); ++x) t[x] = static_cast<T>(dist(rng));
+    return t;
+}
+
+// Row i allows keys [0, 2^(i mod 4)) of Tk = 10: 1, 2, 4 or 8 keys, so uniform weights 1/n are powers of two;
+// keys 8 and 9 nobody reads.
+Tensor<bool> power_of_two_mask(Index Tq) {
+    Tensor<bool> mask({Tq, 10});
+    for (Index i = 0; i < Tq; ++i)
+        for (Index j = 0; j < 10; ++j) mask[i * 10 + j] = j < (Index(1) << (i % 4));
+    return mask;
+}
+
+template <class T>
+void check_exact_case(bool zero_queries, int threads) {
+    // Dk = 4 (scale 1/2), small integer inputs and weights 1/n with n a power of two: the logits are 0 (q = 0 or
+    // k = 0), P is uniform, and dP, D, dS, dq, dk and dv are short dyadic numbers, exact in every dtype here. So the
+    // library's gradients must be the oracle's exact ones, bit for bit. k and v are shared by 3 query heads.
+    std::mt19937_64 rng(zero_queries ? 11 : 12);
+    const Index Tq = 6;
+    Tensor<T> q = integers<T>({2, 3, Tq, 4}, rng, -3, 3), k = integers<T>({2, 1, 10, 4}, rng, -3, 3);
+    const Tensor<T> v = integers<T>({2, 1, 10, 2}, rng, -3, 3), dout = integers<T>({2, 3, Tq, 2}, rng, -3, 3);
+    for (Index x = 0; x < (zero_queries ? q.numel() : k.numel()); ++x) (zero_queries ? q : k)[x] = T(0);
+    const Tensor<bool> mask = power_of_two_mask(Tq);
+    SdpaOptions options;
+    options.return_lse = true;
+    options.backend = Backend::Reference;
+    options.num_threads = threads;
+    const SdpaResult<T> fwd = scaled_dot_product_attention(q.view(), k.view(), v.view(), mask.view(), options);
+    const SdpaGradients<T> g =
+        sdpa_backward(q.view(), k.view(), v.view(), fwd.output.view(), fwd.lse->view(), dout.view(), mask.view(), options);
+    const oracle::Gradients<T> e = oracle::sdpa_backward<T>(q.view(), k.view(), v.view(), dout.view(), mask.view(), options);
+    CHECK(same_bits(g.dq, e.dq));
+    CHECK(same_bits(g.dk, e.dk));
+    CHECK(same_bits(g.dv, e.dv));
+    // Not a trivial agreement: the case has non-zero gradients.
+    const Tensor<T>& moved = zero_queries ? e.dq : e.dk;
+    bool any = false;
+    for (Index x = 0; x < moved.numel(); ++x) any = any || static_cast<double>(moved[x]) != 0;
+    CHECK(any);
+}
+
+}  // namespace
+
+TEST_CASE("the lse of both backends is log(n) + c where every allowed logit is c, -inf for an empty row", "[backward][lse]") {
+    // q = 0 and a row-constant bias c: every allowed logit of row i is c_i exactly, the max is c_i, the sum is n_i
+    // exactly, so both backends give fl(c_i + log(n_i)) with log as the library computes it (std::log in T).
+    std::mt19937_64 rng(3);
+    const Index Tq = 300, Tk = 300;  // beyond the tiled kernel's blocks
+    const Tensor<float> q({2, Tq, 8}), k = normal<float>({2, Tk, 8}, rng), v = normal<float>({2, Tk, 3}, rng);
+    Tensor<float> bias({Tq, 1});
+    for (Index i = 0; i < Tq; ++i) bias[i] = static_cast<float>(i % 7) - 3.0f;
+    SdpaOptions options;
+    options.bias = bias;
+    options.is_causal = true;
+    options.alignment = CausalAlignment::BottomRight;
+    options.return_lse = true;
+    for (Backend backend : {Backend::Reference, Backend::Tiled}) {
+        INFO(to_string(backend));
+        options.backend = backend;
+        const Tensor<float> qs({2, Tq + 5, 8});  // 5 more queries than keys: rows 0-4 see no key
+        options.empty_rows = EmptyRowPolicy::Zero;
+        const SdpaResult<float> r = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+        REQUIRE(r.lse);
+        REQUIRE(r.lse->shape() == Shape{2, Tq});
+        for (Index b = 0; b < 2; ++b)
+            for (Index i = 0; i < Tq; ++i)
+                CHECK((*r.lse)[b * Tq + i] == bias[i] + std::log(static_cast<float>(i + 1)));
+        Tensor<float> bias_long({Tq + 5, 1});
+        for (Index i = 0; i < Tq + 5; ++i) bias_long[i] = 1.0f;
+        options.bias = bias_long;
+        const SdpaResult<float> e = scaled_dot_product_attention(qs.view(), k.view(), v.view(), std::nullopt, options);
+        for (Index i = 0; i < 5; ++i) CHECK((*e.lse)[i] == -std::numeric_limits<float>::infinity());
+        CHECK((*e.lse)[5] == 1.0f + std::log(1.0f));
+        options.bias = bias;
+    }
+    // 16-bit storage: the lse is in float, the compute type.
+    const Tensor<float16> h({1, 4, 2}), hk({1, 8, 2}), hv({1, 8, 2});
+    SdpaOptions plain;
+    plain.return_lse = true;
+    const SdpaResult<float16> hr = scaled_dot_product_attention(h.view(), hk.view(), hv.view(), std::nullopt, plain);
+    for (Index i = 0; i < 4; ++i) CHECK((*hr.lse)[i] == std::log(8.0f));
+    CHECK_THROWS_AS(scaled_dot_product_attention_into(Tensor<float16>({1, 4, 2}).view(), h.view(), hk.view(), hv.view(),
+                                                      std::nullopt, plain),
+                    ConfigError);
+}
+
+TEST_CASE("the backward pass gives the exact gradients bit for bit where every intermediate is exact",
+          "[backward][oracle]") {
+    for (int threads : {1, 2}) {
+        INFO("threads " << threads);
+        check_exact_case<double>(true, threads);
+        check_exact_case<double>(false, threads);
+        check_exact_case<float>(true, threads);
+        check_exact_case<float>(false, threads);
+        check_exact_case<bfloat16>(true, threads);
+        check_exact_case<float16>(false, threads);
+    }
+}
+
+TEST_CASE("backward contracts: unread keys get zero, broadcast inputs the sum, causal rows ignore the future, any thread count the same bits",
+          "[backward]") {
+    std::mt19937_64 rng(5);
+    const Index Tq = 9, Tk = 9;
+    Tensor<double> q = normal<double>({2, 3, Tq, 4}, rng), k = normal<double>({2, 1, Tk, 4}, rng),
+                   v = normal<double>({2, 1, Tk, 3}, rng);
+    const Tensor<double> dout = normal<double>({2, 3, Tq, 3}, rng);
+    Tensor<bool> mask({Tq, Tk});
+    for (Index x = 0; x < mask.numel(); ++x) mask[x] = x % Tk != 7;  // key 7: nobody reads it
+    for (Index b = 0; b < 2; ++b)  // whatever it holds
+        for (Index d = 0; d < 4; ++d) k[(b * Tk + 7) * 4 + d] = std::numeric_limits<double>::quiet_NaN();
+    SdpaOptions options;
+    options.is_causal = true;
+    options.softcap = 3.0;
+    options.return_lse = true;
+    options.num_threads = 1;
+    const SdpaResult<double> f = scaled_dot_product_attention(q.view(), k.view(), v.view(), mask.view(), options);
+    const SdpaGradients<double> g =
+        sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), f.lse->view(), dout.view(), mask.view(), options);
+    for (Index b = 0; b < 2; ++b) {
+        for (Index d = 0; d < 4; ++d) CHECK(g.dk[(b * Tk + 7) * 4 + d] == 0.0);
+        for (Index d = 0; d < 3; ++d) CHECK(g.dv[(b * Tk + 7) * 3 + d] == 0.0);
+    }
+    options.num_threads = 2;
+    const SdpaGradients<double> g2 =
+        sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), f.lse->view(), dout.view(), mask.view(), options);
+    CHECK(same_bits(g.dq, g2.dq));
+    CHECK(same_bits(g.dk, g2.dk));
+    CHECK(same_bits(g.dv, g2.dv));
+
+    // k and v expanded to the 3 query heads: per-head gradients whose sums, in head order, are the grouped ones.
+    Tensor<double> k3({2, 3, Tk, 4}), v3({2, 3, Tk, 3});
+    for (Index b = 0; b < 2; ++b)
+        for (Index h = 0; h < 3; ++h) {
+            std::copy_n(k.data() + b * Tk * 4, Tk * 4, k3.data() + (b * 3 + h) * Tk * 4);
+            std::copy_n(v.data() + b * Tk * 3, Tk * 3, v3.data() + (b * 3 + h) * Tk * 3);
+        }
+    const SdpaGradients<double> e =
+        sdpa_backward(q.view(), k3.view(), v3.view(), f.output.view(), f.lse->view(), dout.view(), mask.view(), options);
+    CHECK(same_bits(e.dq, g.dq));
+    for (Index b = 0; b < 2; ++b)
+        for (Index x = 0; x < Tk * 4; ++x) {
+            double sum = 0;
+            for (Index h = 0; h < 3; ++h) sum += e.dk[(b * 3 + h) * Tk * 4 + x];
+            CHECK(sum == g.dk[b * Tk * 4 + x]);
+        }
+
+    // Causal (top-left): query i reads keys 0..i, so changing keys i+1.. changes none of the first i+1 rows of dq.
+    Tensor<double> k_future = Tensor<double>::copy_of(k.view()), v_future = Tensor<double>::copy_of(v.view());
+    for (Index b = 0; b < 2; ++b)
+        for (Index j = 5; j < Tk; ++j) {
+            for (Index d = 0; d < 4; ++d) k_future[(b * Tk + j) * 4 + d] += 1.5;
+            for (Index d = 0; d < 3; ++d) v_future[(b * Tk + j) * 3 + d] -= 2.0;
+        }
+    const SdpaResult<double> ff = scaled_dot_product_attention(q.view(), k_future.view(), v_future.view(), mask.view(), options);
+    const SdpaGradients<double> gf = sdpa_backward(q.view(), k_future.view(), v_future.view(), ff.output.view(),
+                                                   ff.lse->view(), dout.view(), mask.view(), options);
+    for (Index bh = 0; bh < 6; ++bh)
+        for (Index i = 0; i < 5; ++i)
+            for (Index d = 0; d < 4; ++d) CHECK(gf.dq[(bh * Tq + i) * 4 + d] == g.dq[(bh * Tq + i) * 4 + d]);
+}
+
+TEST_CASE("backward: empty rows per policy, values nobody reads never reach a gradient, bad calls are refused by name",
+          "[backward]") {
+    std::mt19937_64 rng(9);
+    const Tensor<float> q = normal<float>({5, 4}, rng), k = normal<float>({3, 4}, rng), v = normal<float>({3, 2}, rng);
+    Tensor<float> dout = normal<float>({5, 2}, rng);
+    SdpaOptions options;
+    options.is_causal = true;
+    options.alignment = CausalAlignment::BottomRight;  // Tq = 5 > Tk = 3: rows 0 and 1 see no key
+    options.return_lse = true;
+    options.empty_rows = EmptyRowPolicy::Zero;
+    const SdpaResult<float> f = scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+    dout[0] = std::numeric_limits<float>::quiet_NaN();  // an empty row's: never read
+    const SdpaGradients<float> g =
+        sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), f.lse->view(), dout.view(), std::nullopt, options);
+    for (Index d = 0; d < 8; ++d) CHECK(g.dq[d] == 0.0f);
+    for (const Tensor<float>* t : {&g.dq, &g.dk, &g.dv})
+        for (Index x = 0; x < t->numel(); ++x) CHECK(std::isfinite((*t)[x]));
+    options.empty_rows = EmptyRowPolicy::Nan;
+    const SdpaGradients<float> n =
+        sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), f.lse->view(), dout.view(), std::nullopt, options);
+    for (Index d = 0; d < 8; ++d) CHECK(std::isnan(n.dq[d]));
+    CHECK(same_bits(n.dk, g.dk));
+    CHECK(same_bits(n.dv, g.dv));
+    options.empty_rows = EmptyRowPolicy::Throw;
+    std::string m = test::error_message<MaskError>([&] {
+        sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), f.lse->view(), dout.view(), std::nullopt, options);
+    });
+    CHECK_THAT(m, Contains("sdpa_backward"));
+    options.empty_rows = EmptyRowPolicy::Zero;
+
+    dout[2 * 2] = std::numeric_limits<float>::infinity();  // row 2 reads key 0
+    m = test::error_message<ValueError>([&] {
+        sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), f.lse->view(), dout.view(), std::nullopt, options);
+    });
+    CHECK_THAT(m, Contains("sdpa_backward: dout [5,2] holds inf at batch index [], row 2, column 0"));
+    dout[2 * 2] = 0.5f;
+    const Tensor<float> short_lse({4});
+    m = test::error_message<ShapeError>([&] {
+        sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), short_lse.view(), dout.view(), std::nullopt, options);
+    });
+    CHECK_THAT(m, Contains("sdpa_backward: lse must have the forward's shape [5], got [4]"));
+    options.backend = Backend::Tiled;
+    m = test::error_message<ConfigError>([&] {
+        sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), f.lse->view(), dout.view(), std::nullopt, options);
+    });
+    CHECK_THAT(m, Contains("backend 'tiled' has no backward pass yet"));
+}

@@ -1,0 +1,33 @@
+// attn/oracle/backward.hpp: the exact gradients of scaled dot-product attention, for checking a backward pass.
+#pragma once
+
+#include <optional>
+
+#include "attn/sdpa.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn::oracle {
+
+template <class T>
+struct Gradients {
+    Tensor<T> dq, dk, dv;  // the exact gradients correctly rounded to T, of q's, k's and v's shapes
+    Tensor<long double> dq_exact, dk_exact, dv_exact;  // the exact gradients to ~64 bits, for error measurement
+    int bits = 0;  // working precision
+};
+
+// The gradients of L = sum(dout * output) with respect to q, k and v, output = attn::scaled_dot_product_attention(q,
+// k, v, allowed_mask, options), computed from the exact inputs and the exact dout (batch..., Tq, Dv) in 261-bit
+// arithmetic: the exact output O, dP = dout v^T, D = rowsum(dout * O), dS = P (dP - D) (times the soft-cap's
+// derivative 1 - tanh^2(s / softcap)), dq = scale dS k, dk = scale dS^T q, dv = P^T dout, summed over the batch
+// elements a broadcast input is read by. The scale is options.scale (or 1/sqrt(Dk)) as a double; the bias and the
+// ALiBi term -slope * |i + Tk - Tq - j| are exact. Same contracts as attn::sdpa_backward (the forward's, dout's
+// shape and finite rows; a row with no allowed key has dq 0 under Zero, NaN under Nan; keys nobody may read get
+// dk = dv = 0). With check_finite off a NaN or Inf a query reads spreads as exact arithmetic spreads it.
+// Its own error (a few units of 2^-261 relative to the sums' magnitudes) is far below any float or double result's
+// rounding; the correctly rounded values are exact unless a gradient lies within that of a rounding boundary.
+template <class T>
+Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+                           TensorView<const T> dout, std::optional<TensorView<const bool>> allowed_mask,
+                           const SdpaOptions& options);
+
+}  // namespace attn::oracle

@@ -1,0 +1,35 @@
+// Internal: the oracle's exact attention gradients of one batch element, in 261-bit arithmetic (attn/oracle/backward.hpp).
+#pragma once
+
+#include <vector>
+
+#include "attn/detail/problem.hpp"
+#include "types.hpp"
+
+namespace attn::oracle::detail {
+
+using Mp = Mpfr261;
+
+// One batch element's exact problem: row-major q (Tq, Dk), k (Tk, Dk), v (Tk, Dv), dout (Tq, Dv); the additive term
+// of each allowed (query, key) pair, exact (bias (Tq, Tk), 0 without one); allowed (Tq, Tk) the positional rule, the
+// mask and the -inf bias together; cap 0 = no soft-capping.
+struct ExactHead {
+    Index Tq = 0, Tk = 0, Dk = 0, Dv = 0;
+    std::vector<Mp> q, k, v, dout, bias;
+    std::vector<char> allowed;
+    Mp scale, cap;
+};
+
+// Batch element b of a checked problem, dout's rows from `dout` (rows of queries with no allowed key are 0).
+template <class T>
+ExactHead exact_head(const SdpaProblem<T>& p, const Readability& r, Index b, const attn::detail::SavedRows<T>& dout);
+
+// The exact output (Tq, Dv); a row with no allowed key is 0.
+std::vector<Mp> exact_output(const ExactHead& h);
+
+struct ExactGradients {
+    std::vector<Mp> dq, dk, dv;  // (Tq, Dk), (Tk, Dk), (Tk, Dv); 0 at rows with no allowed key and keys nobody reads
+};
+ExactGradients exact_gradients(const ExactHead& h);
+
+}  // namespace attn::oracle::detail
