@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "attn/attn.hpp"
@@ -245,4 +247,78 @@ TEST_CASE("backward: empty rows per policy, values nobody reads never reach a gr
         sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), f.lse->view(), dout.view(), std::nullopt, options);
     });
     CHECK_THAT(m, Contains("backend 'tiled' has no backward pass yet"));
+}
+
+namespace {
+
+// max over elements of |computed - exact| / bound (0 / 0 counts as 0); fails the test on any element over its bound.
+template <class T>
+double tightness(const Tensor<T>& computed, const Tensor<long double>& exact, const Tensor<double>& bound,
+                 const char* name) {
+    REQUIRE(computed.shape() == exact.shape());
+    double worst = 0;
+    for (Index x = 0; x < computed.numel(); ++x) {
+        const long double c = static_cast<long double>(static_cast<double>(computed[x]));
+        if (std::isnan(static_cast<double>(c)) && std::isnan(static_cast<double>(exact[x]))) continue;
+        const long double err = std::abs(c - exact[x]);
+        INFO(name << " element " << x << ": computed " << static_cast<double>(c) << ", exact "
+                  << static_cast<double>(exact[x]) << ", bound " << bound[x]);
+        REQUIRE(err <= static_cast<long double>(bound[x]));
+        if (bound[x] > 0) worst = std::max(worst, static_cast<double>(err / bound[x]));
+    }
+    return worst;
+}
+
+template <class T>
+void check_within_bound(std::uint64_t seed, bool variants) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<Index> size(1, 24);
+    const Index Tq = size(rng), Tk = size(rng), Dk = size(rng) % 9 + 1, Dv = size(rng) % 7 + 1;
+    const Tensor<T> q = normal<T>({2, 3, Tq, Dk}, rng), k = normal<T>({2, 1, Tk, Dk}, rng),
+                    v = normal<T>({2, 1, Tk, Dv}, rng), dout = normal<T>({2, 3, Tq, Dv}, rng);
+    Tensor<bool> mask({Tq, Tk});
+    for (Index x = 0; x < mask.numel(); ++x) mask[x] = (rng() % 5) != 0;
+    Tensor<T> bias = normal<T>({3, Tq, Tk}, rng);
+    const std::vector<double> standard = alibi_slopes(3);
+    Tensor<T> slopes({3});  // (H): one slope per query head
+    for (Index h = 0; h < 3; ++h) slopes[h] = static_cast<T>(standard[static_cast<std::size_t>(h)]);
+    SdpaOptions options;
+    options.empty_rows = EmptyRowPolicy::Zero;
+    options.return_lse = true;
+    options.backend = Backend::Reference;
+    std::optional<TensorView<const bool>> m;
+    if (variants) {
+        m = mask.view();
+        options.bias = bias;
+        options.alibi_slopes = slopes;
+        options.is_causal = seed % 2 == 0;
+        options.alignment = CausalAlignment::BottomRight;
+        if (seed % 3 == 0) options.window = SlidingWindow{3, 2};
+    }
+    const SdpaResult<T> f = scaled_dot_product_attention(q.view(), k.view(), v.view(), m, options);
+    const SdpaGradients<T> g = sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), f.lse->view(), dout.view(), m, options);
+    oracle::OracleOptions oo;
+    oo.model = oracle::reference_model();
+    const oracle::Gradients<T> e = oracle::sdpa_backward<T>(q.view(), k.view(), v.view(), dout.view(), m, options, oo);
+    const double t = std::max({tightness(g.dq, e.dq_exact, e.dq_bound, "dq"), tightness(g.dk, e.dk_exact, e.dk_bound, "dk"),
+                               tightness(g.dv, e.dv_exact, e.dv_bound, "dv")});
+    const char* dtype = std::is_same_v<T, double>  ? "double"
+                        : std::is_same_v<T, float> ? "float"
+                        : std::is_same_v<T, float16> ? "float16"
+                                                      : "bfloat16";
+    std::cout << "  reference backward, " << dtype << ", seed " << seed << (variants ? " with mask, bias, ALiBi" : "")
+              << ": max error / bound " << t << "\n";
+}
+
+}  // namespace
+
+TEST_CASE("the reference backward is within the oracle's gradient bound (oracle/BOUNDS.md section 12)",
+          "[backward][oracle]") {
+    for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+        INFO("seed " << seed);
+        check_within_bound<double>(seed, seed > 2);
+        check_within_bound<float>(seed, seed > 2);
+        check_within_bound<float16>(seed, seed > 2);
+        check_within_bound<bfloat16>(seed, seed > 2);
+    }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "attn/oracle/oracle.hpp"
 #include "backward_engine.hpp"
@@ -96,18 +97,35 @@ std::vector<Mp> exact_output(const ExactHead& h) {
     return out;
 }
 
-ExactGradients exact_gradients(const ExactHead& h) {
+long double gamma(Index k, double u) {
+    const long double ku = static_cast<long double>(k) * u;
+    return ku < 1 ? ku / (1 - ku) : std::numeric_limits<long double>::infinity();
+}
+
+ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
+    using Wide = long double;
     ExactGradients g;
     g.dq.assign(static_cast<std::size_t>(h.Tq * h.Dk), Mp(0));
     g.dk.assign(static_cast<std::size_t>(h.Tk * h.Dk), Mp(0));
     g.dv.assign(static_cast<std::size_t>(h.Tk * h.Dv), Mp(0));
     const std::vector<Mp> out = exact_output(h);
-    std::vector<Mp> dS(static_cast<std::size_t>(h.Tk));
+    // Section 12's sums: per dq element, per dk and dv element (over the rows that read the key), the terms with the
+    // bound of each dS or weight (first) and with its magnitude plus bound (second), and the number of terms.
+    std::vector<Wide> dk1(bound ? g.dk.size() : 0), dk2(dk1.size()), dv1(bound ? g.dv.size() : 0),
+        dv2(dv1.size());
+    std::vector<Index> key_rows(bound ? static_cast<std::size_t>(h.Tk) : 0);
+    if (bound) g.dq_bound.assign(g.dq.size(), 0), g.dk_bound.assign(g.dk.size(), 0), g.dv_bound.assign(g.dv.size(), 0);
+    const Wide u = bound ? bound->u : 0, eta = bound ? bound->eta_mul + bound->eta_add : 0;
+    const Wide scale = abs(h.scale).convert_to<Wide>();
     for (Index i = 0; i < h.Tq; ++i) {
         const RowWeights w = row_weights(h, i);
         if (!w.any) continue;
         Mp D = 0;  // dout_i . O_i
         for (Index d = 0; d < h.Dv; ++d) D += h.dout[i * h.Dv + d] * out[i * h.Dv + d];
+        // Section 12, steps 1-2: each dP's bound, then D's.
+        Index n = 0;
+        std::vector<Wide> e_dP(bound ? static_cast<std::size_t>(h.Tk) : 0), dP_abs(e_dP.size());
+        Wide e_D = 0, D_terms = 0;
         for (Index j = 0; j < h.Tk; ++j) {
             if (!h.allowed[i * h.Tk + j]) continue;
             Mp dP = 0;
@@ -118,6 +136,65 @@ ExactGradients exact_gradients(const ExactHead& h) {
                 g.dk[j * h.Dk + d] += ds * h.q[i * h.Dk + d];
             }
             for (Index d = 0; d < h.Dv; ++d) g.dv[j * h.Dv + d] += w.p[j] * h.dout[i * h.Dv + d];
+            if (!bound) continue;
+            ++n;
+            Wide A = 0;
+            for (Index d = 0; d < h.Dv; ++d)
+                A += abs(h.dout[i * h.Dv + d]).convert_to<Wide>() * abs(h.v[j * h.Dv + d]).convert_to<Wide>();
+            const auto js = static_cast<std::size_t>(j);
+            e_dP[js] = gamma(h.Dv, bound->u) * A + 2 * static_cast<Wide>(h.Dv) * eta;
+            dP_abs[js] = abs(dP).convert_to<Wide>();
+            const Wide P = w.p[j].convert_to<Wide>(), eP = bound->weights_bound[i * h.Tk + j];
+            e_D += eP * dP_abs[js] + P * e_dP[js] + eP * e_dP[js];
+            D_terms += (P + eP) * (dP_abs[js] + e_dP[js]);
+        }
+        if (!bound) continue;
+        e_D += gamma(n, bound->u) * D_terms + 2 * static_cast<Wide>(n) * eta;
+        // Steps 3-5: each dS's bound, and its terms in dq, dk and dv.
+        std::vector<Wide> row1(static_cast<std::size_t>(h.Dk), 0), row2(row1.size(), 0);
+        for (Index j = 0; j < h.Tk; ++j) {
+            if (!h.allowed[i * h.Tk + j]) continue;
+            const auto js = static_cast<std::size_t>(j);
+            Mp dP = 0;
+            for (Index d = 0; d < h.Dv; ++d) dP += h.dout[i * h.Dv + d] * h.v[j * h.Dv + d];
+            const Wide x = abs(dP - D).convert_to<Wide>();
+            const Wide e_x = e_dP[js] + e_D + u * (x + e_dP[js] + e_D);
+            const Wide P = w.p[j].convert_to<Wide>(), eP = bound->weights_bound[i * h.Tk + j];
+            const Wide e_dS = eP * x + (P + eP) * e_x + u * (P + eP) * (x + e_x) + bound->eta_mul;
+            const Wide dS = P * x;
+            for (Index d = 0; d < h.Dk; ++d) {
+                const Wide kd = abs(h.k[j * h.Dk + d]).convert_to<Wide>(), qd = abs(h.q[i * h.Dk + d]).convert_to<Wide>();
+                row1[static_cast<std::size_t>(d)] += e_dS * kd;
+                row2[static_cast<std::size_t>(d)] += (dS + e_dS) * kd;
+                dk1[static_cast<std::size_t>(j * h.Dk + d)] += e_dS * qd;
+                dk2[static_cast<std::size_t>(j * h.Dk + d)] += (dS + e_dS) * qd;
+            }
+            for (Index d = 0; d < h.Dv; ++d) {
+                const Wide o = abs(h.dout[i * h.Dv + d]).convert_to<Wide>();
+                dv1[static_cast<std::size_t>(j * h.Dv + d)] += eP * o;
+                dv2[static_cast<std::size_t>(j * h.Dv + d)] += (P + eP) * o;
+            }
+            ++key_rows[js];
+        }
+        const Wide under = 2 * static_cast<Wide>(n + 2) * eta * std::max<Wide>(1, scale);
+        for (Index d = 0; d < h.Dk; ++d)
+            g.dq_bound[static_cast<std::size_t>(i * h.Dk + d)] =
+                scale * (row1[static_cast<std::size_t>(d)] +
+                         gamma(n + 1 + bound->scale_roundings, bound->u) * row2[static_cast<std::size_t>(d)]) +
+                under;
+    }
+    if (!bound) return g;
+    for (Index j = 0; j < h.Tk; ++j) {
+        const Index m = key_rows[static_cast<std::size_t>(j)];
+        if (m == 0) continue;  // nobody reads the key: its gradients are exactly 0
+        const Wide under = 2 * static_cast<Wide>(m + 2) * eta * std::max<Wide>(1, scale);
+        for (Index d = 0; d < h.Dk; ++d) {
+            const auto x = static_cast<std::size_t>(j * h.Dk + d);
+            g.dk_bound[x] = scale * (dk1[x] + gamma(m + 1 + bound->scale_roundings, bound->u) * dk2[x]) + under;
+        }
+        for (Index d = 0; d < h.Dv; ++d) {
+            const auto x = static_cast<std::size_t>(j * h.Dv + d);
+            g.dv_bound[x] = dv1[x] + gamma(m, bound->u) * dv2[x] + under;
         }
     }
     return g;
@@ -137,11 +214,18 @@ namespace {
 
 using detail::Mp;
 
-// The per-batch gradients of one input summed into its own shape (stride 0 on broadcast dims), then rounded.
+// The per-batch gradients of one input summed into its own shape (stride 0 on broadcast dims), rounded to T; with
+// their bounds, section 12's step 6: the batch sum's roundings and the rounding to 16-bit storage, then the margin.
 template <class T>
-void sum_and_round(const std::vector<std::vector<Mp>>& per_batch, const Shape& shape, const SdpaProblem<T>& p,
-                   Index rows, Index cols, const char* name, Tensor<T>& rounded, Tensor<long double>& exact) {
-    std::vector<Mp> acc(static_cast<std::size_t>(numel(shape)), Mp(0));
+void sum_and_round(const std::vector<detail::ExactGradients>& per_batch, std::vector<Mp> detail::ExactGradients::*grad,
+                   std::vector<long double> detail::ExactGradients::*bound, const Shape& shape,
+                   const SdpaProblem<T>& p, Index rows, Index cols, const char* name, double u, bool unbounded,
+                   Tensor<T>& rounded, Tensor<long double>& exact, Tensor<double>& out_bound) {
+    using Wide = long double;
+    const auto size = static_cast<std::size_t>(numel(shape));
+    std::vector<Mp> acc(size, Mp(0));
+    std::vector<Wide> bound_sum(size, 0), magnitude_sum(size, 0);
+    std::vector<Index> terms(size, 0);
     Shape full = p.batch_shape;
     full.push_back(rows);
     full.push_back(cols);
@@ -150,18 +234,36 @@ void sum_and_round(const std::vector<std::vector<Mp>>& per_batch, const Shape& s
     const std::vector<Index> offsets =
         attn::detail::batch_offsets(layout, static_cast<Index>(p.batch_shape.size()), p.batch_shape);
     const Index rs = layout.stride(-2), cs = layout.stride(-1);
-    for (Index b = 0; b < p.batch; ++b)
+    for (Index b = 0; b < p.batch; ++b) {
+        const detail::ExactGradients& g = per_batch[static_cast<std::size_t>(b)];
         for (Index i = 0; i < rows; ++i)
-            for (Index c = 0; c < cols; ++c)
-                acc[static_cast<std::size_t>(offsets[static_cast<std::size_t>(b)] + i * rs + c * cs)] +=
-                    per_batch[static_cast<std::size_t>(b)][static_cast<std::size_t>(i * cols + c)];
+            for (Index c = 0; c < cols; ++c) {
+                const auto to = static_cast<std::size_t>(offsets[static_cast<std::size_t>(b)] + i * rs + c * cs);
+                const auto from = static_cast<std::size_t>(i * cols + c);
+                acc[to] += (g.*grad)[from];
+                bound_sum[to] += (g.*bound)[from];
+                magnitude_sum[to] += abs((g.*grad)[from]).template convert_to<Wide>() + (g.*bound)[from];
+                ++terms[to];
+            }
+    }
     rounded = Tensor<T>::uninitialized(shape);
     exact = Tensor<long double>::uninitialized(shape);
+    out_bound = Tensor<double>::uninitialized(shape);
     for (std::size_t x = 0; x < acc.size(); ++x) {
         const double hi = acc[x].convert_to<double>();
         const double lo = std::isfinite(hi) ? Mp(acc[x] - Mp(hi)).convert_to<double>() : 0.0;
         rounded.data()[x] = round_to<T>(hi, lo);
         exact.data()[x] = acc[x].convert_to<long double>();
+        Wide e = bound_sum[x] + (terms[x] > 1 ? detail::gamma(terms[x] - 1, u) * magnitude_sum[x] : 0);
+        if constexpr (is_half_v<T>) {
+            // One rounding to the storage type at the end: half its ulp, relative, and half its smallest subnormal.
+            constexpr Wide u_s = std::is_same_v<T, float16> ? 0x1p-11L : 0x1p-8L;
+            constexpr Wide eta_s = std::is_same_v<T, float16> ? 0x1p-25L : 0x1p-134L;
+            e += u_s * (std::abs(exact.data()[x]) + e) + eta_s;
+        }
+        e *= 1 + 1e-6L;  // section 7's margin for the bound's own roundings
+        out_bound.data()[x] = unbounded && e != 0 ? std::numeric_limits<double>::infinity()
+                                                  : std::nextafter(static_cast<double>(e), INFINITY);
     }
 }
 
@@ -170,38 +272,62 @@ void sum_and_round(const std::vector<std::vector<Mp>>& per_batch, const Shape& s
 template <class T>
 Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                            TensorView<const T> dout, std::optional<TensorView<const bool>> allowed_mask,
-                           const SdpaOptions& options) {
+                           const SdpaOptions& options, const OracleOptions& oracle_options) {
+    using C = compute_t<T>;
     const std::string function = "oracle.sdpa_backward";
     const SdpaProblem<T> p = make_sdpa_problem<T>(function, q, k, v, allowed_mask, options);
     const std::string shapes = p.shapes + ", dout " + to_string(dout.shape());
     const attn::detail::SavedRows<T> dout_rows(function, "dout", dout, p.output_shape(), p.batch_shape, shapes);
     const std::vector<Readability> readable = check_contracts(p, options);
     if (options.check_finite) attn::detail::check_owned_rows(p, readable, "dout", dout_rows, p.Dv, shapes);
-    std::vector<std::vector<Mp>> dq(static_cast<std::size_t>(p.batch)), dk(dq.size()), dv(dq.size());
+    // The forward's weights bound for the model (section 12 starts from it).
+    const Result<T> forward = scaled_dot_product_attention<T>(q, k, v, allowed_mask, options, oracle_options);
+    const ErrorModel& model = oracle_options.model;
+    detail::BoundInputs in;
+    in.u = std::numeric_limits<C>::epsilon() / 2;
+    in.scale_roundings = model.scale_roundings;
+    if (model.gradual_underflow) {
+        in.eta_mul = std::is_same_v<C, float> ? 0x1p-150L : 0x1p-1075L;
+        in.eta_add = 0;
+    } else {
+        in.eta_mul = in.eta_add = static_cast<long double>(std::numeric_limits<C>::min());
+    }
+    // Not covered (section 12): the soft-cap's derivative, and inputs a model may flush (denormals-are-zero).
+    bool unbounded = p.softcap != 0;
+    std::vector<detail::ExactGradients> grads(static_cast<std::size_t>(p.batch));
     const Mp nan = std::numeric_limits<Mp>::quiet_NaN();
     for (Index b = 0; b < p.batch; ++b) {
         const Readability& r = readable[static_cast<std::size_t>(b)];
-        detail::ExactGradients g = detail::exact_gradients(detail::exact_head(p, r, b, dout_rows));
+        const detail::ExactHead h = detail::exact_head(p, r, b, dout_rows);
+        if (model.inputs_flushed)
+            for (const auto* x : {&h.q, &h.k, &h.v, &h.dout})
+                for (const Mp& y : *x)
+                    if (y != 0 && abs(y) < std::numeric_limits<C>::min()) unbounded = true;
+        in.weights_bound = forward.weights_bound.data() + b * p.Tq * p.Tk;
+        detail::ExactGradients g = detail::exact_gradients(h, &in);
         if (options.empty_rows == EmptyRowPolicy::Nan)
             for (Index i = 0; i < p.Tq; ++i)
                 if (!r.row_nonempty[static_cast<std::size_t>(i)])
                     std::fill_n(g.dq.begin() + i * p.Dk, p.Dk, nan);
-        dq[static_cast<std::size_t>(b)] = std::move(g.dq);
-        dk[static_cast<std::size_t>(b)] = std::move(g.dk);
-        dv[static_cast<std::size_t>(b)] = std::move(g.dv);
+        grads[static_cast<std::size_t>(b)] = std::move(g);
     }
     Gradients<T> result;
     result.bits = 261;
-    sum_and_round(dq, q.shape(), p, p.Tq, p.Dk, "q", result.dq, result.dq_exact);
-    sum_and_round(dk, k.shape(), p, p.Tk, p.Dk, "k", result.dk, result.dk_exact);
-    sum_and_round(dv, v.shape(), p, p.Tk, p.Dv, "v", result.dv, result.dv_exact);
+    result.model = model;
+    using G = detail::ExactGradients;
+    sum_and_round(grads, &G::dq, &G::dq_bound, q.shape(), p, p.Tq, p.Dk, "q", in.u, unbounded, result.dq,
+                  result.dq_exact, result.dq_bound);
+    sum_and_round(grads, &G::dk, &G::dk_bound, k.shape(), p, p.Tk, p.Dk, "k", in.u, unbounded, result.dk,
+                  result.dk_exact, result.dk_bound);
+    sum_and_round(grads, &G::dv, &G::dv_bound, v.shape(), p, p.Tk, p.Dv, "v", in.u, unbounded, result.dv,
+                  result.dv_exact, result.dv_bound);
     return result;
 }
 
 #define ATTN_INSTANTIATE(T)                                                                                        \
     template Gradients<T> sdpa_backward<T>(TensorView<const T>, TensorView<const T>, TensorView<const T>,          \
                                            TensorView<const T>, std::optional<TensorView<const bool>>,              \
-                                           const SdpaOptions&);
+                                           const SdpaOptions&, const OracleOptions&);
 ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
 #undef ATTN_INSTANTIATE
 

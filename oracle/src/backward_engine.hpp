@@ -27,9 +27,24 @@ ExactHead exact_head(const SdpaProblem<T>& p, const Readability& r, Index b, con
 // The exact output (Tq, Dv); a row with no allowed key is 0.
 std::vector<Mp> exact_output(const ExactHead& h);
 
+// What the gradient bound (oracle/BOUNDS.md section 12) needs beyond the exact values: the forward's rigorous bound
+// on each computed weight (Tq, Tk) for the declared model, the compute type's unit roundoff, its underflow units per
+// product and per addition (section 0, assumption 1), and the roundings of the scale.
+struct BoundInputs {
+    const double* weights_bound = nullptr;
+    double u = 0;
+    long double eta_mul = 0, eta_add = 0;
+    Index scale_roundings = 1;
+};
+
 struct ExactGradients {
     std::vector<Mp> dq, dk, dv;  // (Tq, Dk), (Tk, Dk), (Tk, Dv); 0 at rows with no allowed key and keys nobody reads
+    // With BoundInputs: section 12's bound on |computed - exact| of each element, before the batch sums.
+    std::vector<long double> dq_bound, dk_bound, dv_bound;
 };
-ExactGradients exact_gradients(const ExactHead& h);
+ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound = nullptr);
+
+// gamma_k = k u / (1 - k u) (oracle/BOUNDS.md section 1); infinite when k u >= 1.
+long double gamma(Index k, double u);
 
 }  // namespace attn::oracle::detail

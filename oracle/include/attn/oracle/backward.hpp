@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "attn/oracle/oracle.hpp"
 #include "attn/sdpa.hpp"
 #include "attn/tensor.hpp"
 
@@ -12,6 +13,11 @@ template <class T>
 struct Gradients {
     Tensor<T> dq, dk, dv;  // the exact gradients correctly rounded to T, of q's, k's and v's shapes
     Tensor<long double> dq_exact, dk_exact, dv_exact;  // the exact gradients to ~64 bits, for error measurement
+    // Per element, a rigorous bound on |computed - exact| for an implementation of the reference backward's structure
+    // (oracle/BOUNDS.md section 12) whose forward part follows `model`; infinite (claims nothing) with a soft-cap, or
+    // when the model may flush a subnormal input. 0 where the gradient is exactly 0 by the contracts.
+    Tensor<double> dq_bound, dk_bound, dv_bound;
+    ErrorModel model;
     int bits = 0;  // working precision
 };
 
@@ -25,9 +31,11 @@ struct Gradients {
 // dk = dv = 0). With check_finite off a NaN or Inf a query reads spreads as exact arithmetic spreads it.
 // Its own error (a few units of 2^-261 relative to the sums' magnitudes) is far below any float or double result's
 // rounding; the correctly rounded values are exact unless a gradient lies within that of a rounding boundary.
+// oracle_options.model: the forward part of the implementation checked (the weights it recomputes), e.g.
+// reference_model() for attn::sdpa_backward's reference backend; its bits are ignored (always 261 here).
 template <class T>
 Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                            TensorView<const T> dout, std::optional<TensorView<const bool>> allowed_mask,
-                           const SdpaOptions& options);
+                           const SdpaOptions& options, const OracleOptions& oracle_options = {});
 
 }  // namespace attn::oracle
