@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/oracle/backward.hpp"
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
 #if ATTN_HAVE_REPORTS
@@ -54,6 +55,7 @@ struct OracleArgs : ProblemArgs {
 
 struct CheckArgs : ProblemArgs {
     std::string candidate_path, candidate_weights_path, json_path;
+    std::string dout_path, candidate_dq_path, candidate_dk_path, candidate_dv_path;  // the backward pass
 };
 
 void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
@@ -134,14 +136,23 @@ Inputs read_inputs(const char* command, const ProblemArgs& args) {
                                 args.bias_path, args.alibi_path);
 }
 
+// One oracle call as the flags describe it: the inputs as tensors of T, the options, the error model.
 template <class T>
-oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in, bool statistical = false) {
-    const Tensor<T> q = npy::to_tensor<T>(in.q, args.q_path);  // (..., Tq, Dk)
-    const Tensor<T> k = npy::to_tensor<T>(in.k, args.k_path);  // (..., Tk, Dk)
-    const Tensor<T> v = npy::to_tensor<T>(in.v, args.v_path);  // (..., Tk, Dv)
-    std::optional<TensorView<const bool>> allowed_view;
-    if (in.allowed_mask) allowed_view = in.allowed_mask->view();  // broadcastable to (..., Tq, Tk)
+struct OracleCall {
+    Tensor<T> q, k, v;
+    std::optional<TensorView<const bool>> allowed;  // broadcastable to (..., Tq, Tk), in Inputs
+    std::optional<Tensor<T>> bias, slopes;
+    SdpaOptions options;
     oracle::OracleOptions oo;
+};
+
+template <class T>
+OracleCall<T> oracle_call(const ProblemArgs& args, const Inputs& in, bool statistical) {
+    OracleCall<T> c{npy::to_tensor<T>(in.q, args.q_path), npy::to_tensor<T>(in.k, args.k_path),
+                    npy::to_tensor<T>(in.v, args.v_path), std::nullopt, in.bias_tensor<T>(), in.alibi_tensor<T>(),
+                    sdpa_options(args), {}};
+    if (in.allowed_mask) c.allowed = in.allowed_mask->view();
+    oracle::OracleOptions& oo = c.oo;
     oo.bits = args.bits;
     oo.statistical = statistical;
     oo.model = oracle::model_by_name(args.model, args.key_block);
@@ -160,12 +171,15 @@ oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in, bool sta
         oo.model.gradual_underflow = args.underflow == "gradual";
         oo.model.inputs_flushed = !oo.model.gradual_underflow;
     }
-    SdpaOptions options = sdpa_options(args);
-    const std::optional<Tensor<T>> bias = in.bias_tensor<T>();  // broadcastable to (..., Tq, Tk)
-    if (bias) options.bias = *bias;
-    const std::optional<Tensor<T>> slopes = in.alibi_tensor<T>();  // broadcastable to (...)
-    if (slopes) options.alibi_slopes = *slopes;
-    return oracle::scaled_dot_product_attention<T>(q.view(), k.view(), v.view(), allowed_view, options, oo);
+    if (c.bias) c.options.bias = *c.bias;
+    if (c.slopes) c.options.alibi_slopes = *c.slopes;
+    return c;
+}
+
+template <class T>
+oracle::Result<T> run_oracle(const ProblemArgs& args, const Inputs& in, bool statistical = false) {
+    const OracleCall<T> c = oracle_call<T>(args, in, statistical);
+    return oracle::scaled_dot_product_attention<T>(c.q.view(), c.k.view(), c.v.view(), c.allowed, c.options, c.oo);
 }
 
 // ---- attn oracle ----------------------------------------------------------------------------------------------
@@ -218,8 +232,9 @@ nlohmann::json to_json(const oracle::Comparison& c) {
 void print_comparison(const char* what, const oracle::Comparison& c) {
     std::printf("%s: %s\n", what, c.pass() ? "pass" : "FAIL");
     std::printf("  max ULP error        %.4g\n", c.max_ulp);
-    std::printf("  max relative error   %.4g   (relative to sum_k p_k |V_k|%s)\n", c.max_rel,
-                std::string(what) == "weights" ? ", here |p|" : "");
+    const std::string w = what;
+    std::printf("  max relative error   %.4g   (relative to %s)\n", c.max_rel,
+                w == "output" ? "sum_k p_k |V_k|" : w == "weights" ? "sum_k p_k |V_k|, here |p|" : "|exact|");
     std::printf("  normwise rel. error  %.4g\n", c.normwise_rel);
     std::printf("  max error / bound    %.4g\n", c.max_tightness);
     std::printf("  over the bound       %lld of %lld elements", static_cast<long long>(c.violations),
@@ -278,8 +293,14 @@ nlohmann::json first_storage_model_that_fits(const CheckArgs& args, const Inputs
     return {{"tried", tried}, {"first_that_fits", first ? nlohmann::json(*first) : nlohmann::json(nullptr)}};
 }
 
+// What one check found: the exit status of its verdict and its JSON report.
+struct CheckOutcome {
+    int status = 0;
+    nlohmann::json report;
+};
+
 template <class T>
-int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candidate_file) {
+CheckOutcome check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candidate_file) {
     const oracle::Result<T> r = run_oracle<T>(args, in, true);
     const Tensor<T> candidate = npy::to_tensor<T>(candidate_file, args.candidate_path);
     if (candidate.shape() != r.output.shape())
@@ -320,8 +341,9 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
     std::optional<nlohmann::json> storage_models;
     if constexpr (is_half_v<T>)
         if (!pass) storage_models = first_storage_model_that_fits<T>(args, in, candidate.view(), weights_view);
-    if (!args.json_path.empty()) {
-        nlohmann::json report = {{"candidate", args.candidate_path},
+    nlohmann::json report;
+    {
+        report = {{"candidate", args.candidate_path},
                                  {"dtype", npy::to_string(npy::dtype_of<T>())},
                                  {"model", r.model.name},
                                  {"oracle_bits", r.bits},
@@ -360,22 +382,80 @@ int check_files(const CheckArgs& args, const Inputs& in, const npy::Array& candi
                                  {"inputs_flushed", m.inputs_flushed},
                                  {"logit_storage_roundings", m.logit_storage_roundings},
                                  {"probabilities_in_storage", m.probabilities_in_storage}};
+    }
+    // 3: within every rigorous bound, but suspicious to the statistical verdict (BOUNDS.md section 10).
+    return {!pass ? 1 : suspicious ? 3 : 0, report};
+}
+
+// attn check --dout: the candidate gradients given against the exact ones and their bound (oracle/BOUNDS.md
+// section 12; the model's forward part is --model's).
+template <class T>
+CheckOutcome check_gradient_files(const CheckArgs& args, const Inputs& in) {
+    const OracleCall<T> c = oracle_call<T>(args, in, false);
+    const npy::Array dout_file = read_float_file(args.dout_path, args.dtype);
+    if (dout_file.dtype != in.q.dtype)
+        throw ConfigError("check: dout must have q's dtype: " + describe("dout", args.dout_path, dout_file) + ", " +
+                          describe("q", args.q_path, in.q));
+    const Tensor<T> dout = npy::to_tensor<T>(dout_file, args.dout_path);
+    const oracle::Gradients<T> g =
+        oracle::sdpa_backward<T>(c.q.view(), c.k.view(), c.v.view(), dout.view(), c.allowed, c.options, c.oo);
+    std::printf("attn check: gradients against the oracle's exact ones (%d bits), bound for the reference backward "
+                "with the %s model's forward (oracle/BOUNDS.md section 12), dtype %s\n",
+                g.bits, g.model.name.c_str(), npy::to_string(npy::dtype_of<T>()));
+    oracle::GradientVerdict verdict;
+    nlohmann::json report = {{"dout", args.dout_path}, {"dtype", npy::to_string(npy::dtype_of<T>())},
+                             {"model", g.model.name}, {"oracle_bits", g.bits}};
+    const std::pair<const std::string*, oracle::Gradient> given[] = {{&args.candidate_dq_path, oracle::Gradient::Dq},
+                                                                     {&args.candidate_dk_path, oracle::Gradient::Dk},
+                                                                     {&args.candidate_dv_path, oracle::Gradient::Dv}};
+    for (const auto& [path, which] : given) {
+        if (path->empty()) continue;
+        const char* name = oracle::gradient_name(which);
+        const npy::Array file = read_float_file(*path, args.dtype);
+        const Tensor<T> candidate = npy::to_tensor<T>(file, *path);
+        const oracle::Comparison comparison = oracle::compare_gradient<T>(candidate.view(), g, which);
+        print_comparison(name, comparison);
+        (which == oracle::Gradient::Dq ? verdict.dq : which == oracle::Gradient::Dk ? verdict.dk : verdict.dv) =
+            comparison;
+        report[name] = to_json(comparison);
+        report[name]["candidate"] = *path;
+    }
+    report["pass"] = verdict.pass();
+    return {verdict.pass() ? 0 : 1, report};
+}
+
+int check_command(const CheckArgs& args) {
+    const Inputs in = read_inputs("check", args);
+    const bool gradients = !args.candidate_dq_path.empty() || !args.candidate_dk_path.empty() ||
+                           !args.candidate_dv_path.empty();
+    if (gradients != !args.dout_path.empty())
+        throw ConfigError("check: --dout and at least one of --candidate-dq, --candidate-dk, --candidate-dv go "
+                          "together (the gradients of sum(dout * output))");
+    if (args.candidate_path.empty() && !gradients)
+        throw ConfigError("check: give --candidate (the output), or --dout with --candidate-dq/-dk/-dv (gradients)");
+    std::vector<CheckOutcome> outcomes;
+    if (!args.candidate_path.empty()) {
+        const npy::Array candidate = read_float_file(args.candidate_path, args.dtype);
+        if (candidate.dtype != in.q.dtype)
+            throw ConfigError("check: the candidate must have q's dtype (the bound is for that dtype): " +
+                              describe("candidate", args.candidate_path, candidate) + ", " +
+                              describe("q", args.q_path, in.q));
+        outcomes.push_back(with_float_type(in.q.dtype, [&]<class T>() { return check_files<T>(args, in, candidate); }));
+    }
+    if (gradients)
+        outcomes.push_back(with_float_type(in.q.dtype, [&]<class T>() { return check_gradient_files<T>(args, in); }));
+    // One report: the output's fields at the top level as before, the gradients' under "gradients".
+    nlohmann::json report = args.candidate_path.empty() ? nlohmann::json::object() : outcomes.front().report;
+    if (gradients) report["gradients"] = outcomes.back().report;
+    if (!args.json_path.empty()) {
         std::ofstream file(args.json_path);
         if (!file) throw IoError("check: cannot write " + args.json_path);
         file << report.dump(2) << "\n";
         if (!file) throw IoError("check: cannot write " + args.json_path);
     }
-    // 3: within every rigorous bound, but suspicious to the statistical verdict (BOUNDS.md section 10).
-    return !pass ? 1 : suspicious ? 3 : 0;
-}
-
-int check_command(const CheckArgs& args) {
-    const Inputs in = read_inputs("check", args);
-    const npy::Array candidate = read_float_file(args.candidate_path, args.dtype);
-    if (candidate.dtype != in.q.dtype)
-        throw ConfigError("check: the candidate must have q's dtype (the bound is for that dtype): " +
-                          describe("candidate", args.candidate_path, candidate) + ", " + describe("q", args.q_path, in.q));
-    return with_float_type(in.q.dtype, [&]<class T>() { return check_files<T>(args, in, candidate); });
+    int status = 0;  // 1 when any check fails, else 3 when the output is suspicious, else 0
+    for (const CheckOutcome& o : outcomes) status = o.status == 1 || status == 1 ? 1 : std::max(status, o.status);
+    return status;
 }
 
 // ---- attn oracle-sweep ----------------------------------------------------------------------------------------
@@ -431,11 +511,17 @@ Action add_oracle_commands(CLI::App& app) {
     ocmd->add_option("--weights-bound", oargs->weights_bound_path, "And their per-element bound (float64)");
 
     auto cargs = std::make_shared<CheckArgs>();
-    auto* ccmd = app.add_subcommand("check", "Check anyone's attention output against the oracle's bound; exit 0 when "
+    auto* ccmd = app.add_subcommand("check", "Check anyone's attention output (or gradients) against the oracle's bound; exit 0 when "
                                              "no element is over its bound, 1 when any is, 2 on bad input, 3 when "
                                              "none is but the statistical verdict finds it suspicious");
     add_problem_options(ccmd, *cargs);
-    ccmd->add_option("--candidate", cargs->candidate_path, "The output to check (..., Tq, Dv), q's dtype")->required();
+    ccmd->add_option("--candidate", cargs->candidate_path, "The output to check (..., Tq, Dv), q's dtype");
+    ccmd->add_option("--dout", cargs->dout_path,
+                     "The backward pass: the output's gradient (..., Tq, Dv), q's dtype; the candidate gradients are "
+                     "those of sum(dout * output)");
+    ccmd->add_option("--candidate-dq", cargs->candidate_dq_path, "Gradient of q to check (q's shape), with --dout");
+    ccmd->add_option("--candidate-dk", cargs->candidate_dk_path, "Gradient of k to check (k's shape), with --dout");
+    ccmd->add_option("--candidate-dv", cargs->candidate_dv_path, "Gradient of v to check (v's shape), with --dout");
     ccmd->add_option("--candidate-weights", cargs->candidate_weights_path, "Also check weights (..., Tq, Tk)");
     ccmd->add_option("--json", cargs->json_path, "Write the comparison as JSON");
 

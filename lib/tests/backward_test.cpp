@@ -14,6 +14,7 @@
 
 #include "attn/attn.hpp"
 #include "attn/oracle/backward.hpp"
+#include "attn/oracle/metrics.hpp"
 #include "error_message.hpp"
 
 using namespace attn;
@@ -251,22 +252,14 @@ TEST_CASE("backward: empty rows per policy, values nobody reads never reach a gr
 
 namespace {
 
-// max over elements of |computed - exact| / bound (0 / 0 counts as 0); fails the test on any element over its bound.
+// The largest error / bound of one gradient (oracle::compare_gradient); fails the test on any element over its bound.
 template <class T>
-double tightness(const Tensor<T>& computed, const Tensor<long double>& exact, const Tensor<double>& bound,
-                 const char* name) {
-    REQUIRE(computed.shape() == exact.shape());
-    double worst = 0;
-    for (Index x = 0; x < computed.numel(); ++x) {
-        const long double c = static_cast<long double>(static_cast<double>(computed[x]));
-        if (std::isnan(static_cast<double>(c)) && std::isnan(static_cast<double>(exact[x]))) continue;
-        const long double err = std::abs(c - exact[x]);
-        INFO(name << " element " << x << ": computed " << static_cast<double>(c) << ", exact "
-                  << static_cast<double>(exact[x]) << ", bound " << bound[x]);
-        REQUIRE(err <= static_cast<long double>(bound[x]));
-        if (bound[x] > 0) worst = std::max(worst, static_cast<double>(err / bound[x]));
-    }
-    return worst;
+double tightness(const Tensor<T>& computed, const oracle::Gradients<T>& exact, oracle::Gradient which) {
+    const oracle::Comparison c = oracle::compare_gradient<T>(computed.view(), exact, which);
+    INFO(oracle::gradient_name(which) << ": " << c.summary());
+    REQUIRE(c.pass());
+    CHECK(c.unbounded == 0);
+    return c.max_tightness;
 }
 
 template <class T>
@@ -300,8 +293,8 @@ void check_within_bound(std::uint64_t seed, bool variants) {
     oracle::OracleOptions oo;
     oo.model = oracle::reference_model();
     const oracle::Gradients<T> e = oracle::sdpa_backward<T>(q.view(), k.view(), v.view(), dout.view(), m, options, oo);
-    const double t = std::max({tightness(g.dq, e.dq_exact, e.dq_bound, "dq"), tightness(g.dk, e.dk_exact, e.dk_bound, "dk"),
-                               tightness(g.dv, e.dv_exact, e.dv_bound, "dv")});
+    const double t = std::max({tightness(g.dq, e, oracle::Gradient::Dq), tightness(g.dk, e, oracle::Gradient::Dk),
+                               tightness(g.dv, e, oracle::Gradient::Dv)});
     const char* dtype = std::is_same_v<T, double>  ? "double"
                         : std::is_same_v<T, float> ? "float"
                         : std::is_same_v<T, float16> ? "float16"

@@ -220,7 +220,8 @@ template <class T>
 void sum_and_round(const std::vector<detail::ExactGradients>& per_batch, std::vector<Mp> detail::ExactGradients::*grad,
                    std::vector<long double> detail::ExactGradients::*bound, const Shape& shape,
                    const SdpaProblem<T>& p, Index rows, Index cols, const char* name, double u, bool unbounded,
-                   Tensor<T>& rounded, Tensor<long double>& exact, Tensor<double>& out_bound) {
+                   Tensor<T>& rounded, Tensor<long double>& exact, Tensor<long double>& exact_lo,
+                   Tensor<double>& out_bound) {
     using Wide = long double;
     const auto size = static_cast<std::size_t>(numel(shape));
     std::vector<Mp> acc(size, Mp(0));
@@ -248,12 +249,14 @@ void sum_and_round(const std::vector<detail::ExactGradients>& per_batch, std::ve
     }
     rounded = Tensor<T>::uninitialized(shape);
     exact = Tensor<long double>::uninitialized(shape);
+    exact_lo = Tensor<long double>::uninitialized(shape);
     out_bound = Tensor<double>::uninitialized(shape);
     for (std::size_t x = 0; x < acc.size(); ++x) {
         const double hi = acc[x].convert_to<double>();
         const double lo = std::isfinite(hi) ? Mp(acc[x] - Mp(hi)).convert_to<double>() : 0.0;
         rounded.data()[x] = round_to<T>(hi, lo);
         exact.data()[x] = acc[x].convert_to<long double>();
+        exact_lo.data()[x] = std::isfinite(exact.data()[x]) ? Mp(acc[x] - Mp(exact.data()[x])).convert_to<long double>() : 0;
         Wide e = bound_sum[x] + (terms[x] > 1 ? detail::gamma(terms[x] - 1, u) * magnitude_sum[x] : 0);
         if constexpr (is_half_v<T>) {
             // One rounding to the storage type at the end: half its ulp, relative, and half its smallest subnormal.
@@ -316,11 +319,14 @@ Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorV
     result.model = model;
     using G = detail::ExactGradients;
     sum_and_round(grads, &G::dq, &G::dq_bound, q.shape(), p, p.Tq, p.Dk, "q", in.u, unbounded, result.dq,
-                  result.dq_exact, result.dq_bound);
+                  result.dq_exact,
+                  result.dq_exact_lo, result.dq_bound);
     sum_and_round(grads, &G::dk, &G::dk_bound, k.shape(), p, p.Tk, p.Dk, "k", in.u, unbounded, result.dk,
-                  result.dk_exact, result.dk_bound);
+                  result.dk_exact,
+                  result.dk_exact_lo, result.dk_bound);
     sum_and_round(grads, &G::dv, &G::dv_bound, v.shape(), p, p.Tk, p.Dv, "v", in.u, unbounded, result.dv,
-                  result.dv_exact, result.dv_bound);
+                  result.dv_exact,
+                  result.dv_exact_lo, result.dv_bound);
     return result;
 }
 

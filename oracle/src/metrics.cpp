@@ -179,6 +179,28 @@ CheckVerdict check_candidate(TensorView<const T> candidate_output, const Result<
     return verdict;
 }
 
+const char* gradient_name(Gradient which) {
+    switch (which) {
+        case Gradient::Dq: return "dq";
+        case Gradient::Dk: return "dk";
+        case Gradient::Dv: return "dv";
+    }
+    return "?";
+}
+
+template <class T>
+Comparison compare_gradient(TensorView<const T> candidate, const Gradients<T>& oracle, Gradient which) {
+    const auto pick = [&](const Tensor<long double>& q, const Tensor<long double>& k, const Tensor<long double>& v) {
+        return which == Gradient::Dq ? &q : which == Gradient::Dk ? &k : &v;
+    };
+    const Tensor<long double>* exact = pick(oracle.dq_exact, oracle.dk_exact, oracle.dv_exact);
+    const Tensor<long double>* exact_lo = pick(oracle.dq_exact_lo, oracle.dk_exact_lo, oracle.dv_exact_lo);
+    const Tensor<double>& bound =
+        which == Gradient::Dq ? oracle.dq_bound : which == Gradient::Dk ? oracle.dk_bound : oracle.dv_bound;
+    return compare<T>(candidate, exact->shape(), exact->data(), exact_lo->data(), bound.data(), nullptr,
+                      gradient_name(which));
+}
+
 #define ATTN_INSTANTIATE(T)                                                                                        \
     template double ulp_distance<T>(T, long double);                                                               \
     template Comparison compare_output<T>(TensorView<const T>, const Result<T>&);                                  \
@@ -186,7 +208,8 @@ CheckVerdict check_candidate(TensorView<const T> candidate_output, const Result<
     template Comparison compare_output_statistical<T>(TensorView<const T>, const Result<T>&);                      \
     template Comparison compare_weights_statistical<T>(TensorView<const T>, const Result<T>&);                     \
     template RowStatistic row_statistic<T>(TensorView<const T>, const Result<T>&);                                 \
-    template CheckVerdict check_candidate<T>(TensorView<const T>, const Result<T>&, std::optional<TensorView<const T>>);
+    template CheckVerdict check_candidate<T>(TensorView<const T>, const Result<T>&, std::optional<TensorView<const T>>); \
+    template Comparison compare_gradient<T>(TensorView<const T>, const Gradients<T>&, Gradient);
 ATTN_INSTANTIATE(float)
 ATTN_INSTANTIATE(double)
 ATTN_INSTANTIATE(float16)

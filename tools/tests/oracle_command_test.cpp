@@ -213,6 +213,20 @@ TEST_CASE("attn check reports bad input with exit code 2", "[cli][oracle][errors
                                               "' --bits 100");
         CHECK(run.exit_code == 2);
         CHECK(run.stderr_text.find("--bits: 100 not in {0,114,261,516}") != std::string::npos);
+    }    SECTION("nothing to check, or --dout without a candidate gradient") {
+        Run run = run_attn(scratch, "check" + inputs(scratch));
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("give --candidate") != std::string::npos);
+        run = run_attn(scratch, "check" + inputs(scratch) + " --dout '" + (scratch / "v.npy") + "'");
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("--dout and at least one of --candidate-dq") != std::string::npos);
+    }
+    SECTION("a candidate gradient of the wrong shape") {
+        npy::write_file<float>(scratch / "dout.npy", Tensor<float>({2, 4, 3}).view());
+        const Run run = run_attn(scratch, "check" + inputs(scratch) + " --dout '" + (scratch / "dout.npy") +
+                                              "' --candidate-dk '" + (scratch / "q.npy") + "'");
+        CHECK(run.exit_code == 2);
+        CHECK(run.stderr_text.find("candidate [2,4,8] but the oracle's dk is [2,6,8]") != std::string::npos);
     }
 }
 

@@ -11,17 +11,13 @@ model that says where it rounds (--logit-storage-roundings 2 --probabilities-in-
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 import torch
 
-
-def run(attn, args, cwd):
-    r = subprocess.run([attn] + args, cwd=cwd, capture_output=True, text=True)
-    return r.returncode, r.stdout + r.stderr
+from cli_run import run
 
 
 def main():

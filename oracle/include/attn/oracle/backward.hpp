@@ -13,6 +13,7 @@ template <class T>
 struct Gradients {
     Tensor<T> dq, dk, dv;  // the exact gradients correctly rounded to T, of q's, k's and v's shapes
     Tensor<long double> dq_exact, dk_exact, dv_exact;  // the exact gradients to ~64 bits, for error measurement
+    Tensor<long double> dq_exact_lo, dk_exact_lo, dv_exact_lo;  // exact = exact + exact_lo (Result's reason)
     // Per element, a rigorous bound on |computed - exact| for an implementation of the reference backward's structure
     // (oracle/BOUNDS.md section 12) whose forward part follows `model`; infinite (claims nothing) with a soft-cap, or
     // when the model may flush a subnormal input. 0 where the gradient is exactly 0 by the contracts.

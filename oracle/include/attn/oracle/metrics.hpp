@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "attn/oracle/backward.hpp"
 #include "attn/oracle/oracle.hpp"
 
 namespace attn::oracle {
@@ -89,5 +90,17 @@ struct CheckVerdict {
 template <class T>
 CheckVerdict check_candidate(TensorView<const T> candidate_output, const Result<T>& oracle,
                              std::optional<TensorView<const T>> candidate_weights = std::nullopt);
+
+// The backward pass (oracle::sdpa_backward): one gradient of a candidate against the exact one and its bound
+// (relative errors against |exact|), and the verdict on the three (attn check --dout). ShapeError when a shape is
+// not the input's.
+enum class Gradient { Dq, Dk, Dv };
+const char* gradient_name(Gradient which);
+template <class T>
+Comparison compare_gradient(TensorView<const T> candidate, const Gradients<T>& oracle, Gradient which);
+struct GradientVerdict {
+    std::optional<Comparison> dq, dk, dv;  // those given
+    bool pass() const { return (!dq || dq->pass()) && (!dk || dk->pass()) && (!dv || dv->pass()); }
+};
 
 }  // namespace attn::oracle
