@@ -328,7 +328,7 @@ Action add_fuzz_command(CLI::App& app) {
     static FuzzSettings settings;
     auto* fuzz = app.add_subcommand(
         "fuzz", "Fuzz the library: time-boxed libFuzzer runs, corpus merge, crashes minimised into regressions/fuzz/");
-    fuzz->add_option("--target", settings.target, "A fuzz target (sdpa, mask_broadcast, mha, npy, backends) or all");
+    fuzz->add_option("--target", settings.target, "A fuzz target (sdpa, mask_broadcast, mha, npy, safetensors, backends, backward) or all");
     fuzz->add_option("--minutes", settings.minutes, "Minutes per target")->check(CLI::PositiveNumber);
     fuzz->add_option("--jobs", settings.jobs, "Parallel libFuzzer workers per target")->check(CLI::PositiveNumber);
     fuzz->add_flag("--smoke", settings.smoke, "The corpus plus a few thousand runs per target, seed 1 (part of attn test)");

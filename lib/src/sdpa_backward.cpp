@@ -166,7 +166,7 @@ Tensor<S> sum_over_broadcast(const std::vector<T>& per_batch, const Shape& shape
     const Index batch = numel(batch_shape);
     const std::vector<Index> offsets = detail::batch_offsets(target, static_cast<Index>(batch_shape.size()), batch_shape);
     const Index rs = target.stride(-2), cs = target.stride(-1);
-    for (Index b = 0; b < batch; ++b) {
+    for (Index b = 0; b < batch && !acc.empty(); ++b) {  // an empty gradient has no element to point at
         const T* src = per_batch.data() + b * rows * cols;
         T* dst = acc.data() + offsets[static_cast<std::size_t>(b)];
         for (Index i = 0; i < rows; ++i)

@@ -116,6 +116,9 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
     std::vector<Index> key_rows(bound ? static_cast<std::size_t>(h.Tk) : 0);
     if (bound) g.dq_bound.assign(g.dq.size(), 0), g.dk_bound.assign(g.dk.size(), 0), g.dv_bound.assign(g.dv.size(), 0);
     const Wide u = bound ? bound->u : 0, eta = bound ? bound->eta_mul + bound->eta_add : 0;
+    // Every term is nonnegative; a NaN can only come from 0 * inf, where an infinite forward weight bound (the forward
+    // cannot bound that weight) meets an exact zero: the gradient term is then unbounded too.
+    const auto unbounded_if_nan = [](Wide x) { return std::isnan(x) ? std::numeric_limits<Wide>::infinity() : x; };
     const Wide scale = abs(h.scale).convert_to<Wide>();
     for (Index i = 0; i < h.Tq; ++i) {
         const RowWeights w = row_weights(h, i);
@@ -178,10 +181,10 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
         }
         const Wide under = 2 * static_cast<Wide>(n + 2) * eta * std::max<Wide>(1, scale);
         for (Index d = 0; d < h.Dk; ++d)
-            g.dq_bound[static_cast<std::size_t>(i * h.Dk + d)] =
+            g.dq_bound[static_cast<std::size_t>(i * h.Dk + d)] = unbounded_if_nan(
                 scale * (row1[static_cast<std::size_t>(d)] +
                          gamma(n + 1 + bound->scale_roundings, bound->u) * row2[static_cast<std::size_t>(d)]) +
-                under;
+                under);
     }
     if (!bound) return g;
     for (Index j = 0; j < h.Tk; ++j) {
@@ -190,11 +193,12 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
         const Wide under = 2 * static_cast<Wide>(m + 2) * eta * std::max<Wide>(1, scale);
         for (Index d = 0; d < h.Dk; ++d) {
             const auto x = static_cast<std::size_t>(j * h.Dk + d);
-            g.dk_bound[x] = scale * (dk1[x] + gamma(m + 1 + bound->scale_roundings, bound->u) * dk2[x]) + under;
+            g.dk_bound[x] =
+                unbounded_if_nan(scale * (dk1[x] + gamma(m + 1 + bound->scale_roundings, bound->u) * dk2[x]) + under);
         }
         for (Index d = 0; d < h.Dv; ++d) {
             const auto x = static_cast<std::size_t>(j * h.Dv + d);
-            g.dv_bound[x] = dv1[x] + gamma(m, bound->u) * dv2[x] + under;
+            g.dv_bound[x] = unbounded_if_nan(dv1[x] + gamma(m, bound->u) * dv2[x] + under);
         }
     }
     return g;
