@@ -31,6 +31,32 @@ namespace attn::fuzz {
 // handler of unexpected exceptions takes it for a failure.
 struct SkipInput {};
 
+// The entry point of the sdpa and backward targets: the first byte picks double; otherwise the profile byte after
+// the dimensions picks float or a 16-bit type (sixteen_bit_choice), read ahead on a second reader of the same bytes.
+// run(tag, in) decodes the rest for the type of `tag`. An input the candidate does not support returns -1 (kept out
+// of the corpus).
+template <class Run>
+int run_in_decoded_dtype(const std::uint8_t* data, std::size_t size, Run&& run) {
+    FuzzedDataProvider in(data, size);
+    try {
+        if (in.ConsumeBool()) {
+            run(double{}, in);
+        } else {
+            FuzzedDataProvider ahead(data, size);
+            (void)ahead.ConsumeBool();
+            (void)Dims::decode(ahead);
+            switch (sixteen_bit_choice((ahead.ConsumeIntegral<std::uint8_t>() >> 2) & 7u)) {
+                case 16: run(float16{}, in); break;
+                case 8: run(bfloat16{}, in); break;
+                default: run(float{}, in); break;
+            }
+        }
+    } catch (const SkipInput&) {
+        return -1;
+    }
+    return 0;
+}
+
 #if ATTN_FUZZ_HAVE_SUITE
 inline const suite::Implementation* candidate_implementation() {
     static const suite::Implementation* impl = []() -> const suite::Implementation* {

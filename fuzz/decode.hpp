@@ -549,6 +549,33 @@ inline Operand<bool> make_mask(FuzzedDataProvider& in, const MaskSpec& spec, con
     return op;
 }
 
+// The operands of one SDPA call in the order the backends and backward targets decode them: q, k and v (values in
+// that order), then the mask's bits, then the bias and the slopes (set on `options`, which then holds views of them).
+template <class T>
+struct SdpaOperands {
+    Operand<T> q, k, v;
+    std::optional<Operand<bool>> mask;
+    std::optional<TensorView<const bool>> allowed_mask;
+    BiasOperands<T> additive;
+};
+
+template <class T>
+SdpaOperands<T> make_sdpa_operands(FuzzedDataProvider& in, ValueSource<T>& values, const Shape& qs, const Shape& ks,
+                                   const Shape& vs, const Layout& ql, const Layout& kl, const Layout& vl,
+                                   const MaskSpec& spec, const BiasSpec& bias_spec, SdpaOptions& options) {
+    const auto fill = [&](Index) { return values.next(); };
+    SdpaOperands<T> made;
+    made.q = make_operand<T>("q", qs, ql, fill);
+    made.k = make_operand<T>("k", ks, kl, fill);
+    made.v = make_operand<T>("v", vs, vl, fill);
+    if (spec.kind != MaskKind::None) {
+        made.mask = make_mask(in, spec, spec.shape);
+        made.allowed_mask = made.mask->view;
+    }
+    made.additive = make_bias_operands(in, values, bias_spec, options);
+    return made;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Options.
 

@@ -37,17 +37,11 @@ void run(FuzzedDataProvider& in) {
     const BiasSpec bias_spec = decode_bias_spec(in, spec, dims);
     const Layout ql = Layout::decode(in), kl = Layout::decode(in), vl = Layout::decode(in);
     ValueSource<T> values(in, profile);
-    const auto fill = [&](Index) { return values.next(); };
-    const Operand<T> q = make_operand<T>("q", qs, ql, fill);
-    const Operand<T> k = make_operand<T>("k", ks, kl, fill);
-    const Operand<T> v = make_operand<T>("v", vs, vl, fill);
-    std::optional<Operand<bool>> mask;
-    std::optional<TensorView<const bool>> allowed_mask;
-    if (spec.kind != MaskKind::None) {
-        mask = make_mask(in, spec, spec.shape);
-        allowed_mask = mask->view;
-    }
-    const BiasOperands<T> additive = make_bias_operands(in, values, bias_spec, options);
+    const SdpaOperands<T> operands = make_sdpa_operands(in, values, qs, ks, vs, ql, kl, vl, spec, bias_spec, options);
+    const Operand<T>&q = operands.q, &k = operands.k, &v = operands.v;
+    const std::optional<Operand<bool>>& mask = operands.mask;
+    const std::optional<TensorView<const bool>>& allowed_mask = operands.allowed_mask;
+    const BiasOperands<T>& additive = operands.additive;
     const std::optional<Operand<T>>& bias = additive.bias;
     const std::optional<Operand<T>>& slopes = additive.slopes;
     current_config() = std::string("backends(dtype=") + dtype_name<T>() + "," +

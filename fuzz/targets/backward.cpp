@@ -44,17 +44,12 @@ void run(FuzzedDataProvider& in) {
 
     // 2. Values, mask bits, bias; then dout (contiguous, the output's shape).
     ValueSource<T> values(in, profile);
-    const auto fill = [&](Index) { return values.next(); };
-    const Operand<T> q = make_operand<T>("q", qs, ql, fill);
-    const Operand<T> k = make_operand<T>("k", ks, kl, fill);
-    const Operand<T> v = make_operand<T>("v", vs, vl, fill);
-    std::optional<Operand<bool>> mask;
-    std::optional<TensorView<const bool>> allowed_mask;
-    if (mask_spec.kind != MaskKind::None) {
-        mask = make_mask(in, mask_spec, mask_spec.shape);
-        allowed_mask = mask->view;
-    }
-    const BiasOperands<T> additive = make_bias_operands(in, values, bias_spec, options);
+    const SdpaOperands<T> operands =
+        make_sdpa_operands(in, values, qs, ks, vs, ql, kl, vl, mask_spec, bias_spec, options);
+    const Operand<T>&q = operands.q, &k = operands.k, &v = operands.v;
+    const std::optional<Operand<bool>>& mask = operands.mask;
+    const std::optional<TensorView<const bool>>& allowed_mask = operands.allowed_mask;
+    const BiasOperands<T>& additive = operands.additive;
     current_config() = std::string("backward(dtype=") + dtype_name<T>() + "," + dims.describe() + ",q=" +
                        to_string(qs) + ql.describe() + ",k=" + to_string(ks) + kl.describe() + ",v=" + to_string(vs) +
                        vl.describe() + ",mask=" + kind_name(mask_spec.kind) + "," + describe(options) + ")";
@@ -200,23 +195,7 @@ void run(FuzzedDataProvider& in) {
 }  // namespace attn::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    FuzzedDataProvider in(data, size);
-    try {
-        if (in.ConsumeBool()) {
-            attn::fuzz::run<double>(in);
-        } else {
-            // The profile byte decides float or a 16-bit type (decode.hpp), as in the sdpa target.
-            FuzzedDataProvider ahead(data, size);
-            (void)ahead.ConsumeBool();
-            (void)attn::fuzz::Dims::decode(ahead);
-            switch (attn::fuzz::sixteen_bit_choice((ahead.ConsumeIntegral<std::uint8_t>() >> 2) & 7u)) {
-                case 16: attn::fuzz::run<attn::float16>(in); break;
-                case 8: attn::fuzz::run<attn::bfloat16>(in); break;
-                default: attn::fuzz::run<float>(in); break;
-            }
-        }
-    } catch (const attn::fuzz::SkipInput&) {
-        return -1;
-    }
-    return 0;
+    return attn::fuzz::run_in_decoded_dtype(data, size, [](auto tag, FuzzedDataProvider& in) {
+        attn::fuzz::run<decltype(tag)>(in);
+    });
 }

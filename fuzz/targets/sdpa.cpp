@@ -253,23 +253,7 @@ void run(FuzzedDataProvider& in) {
 }  // namespace attn::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    FuzzedDataProvider in(data, size);
-    try {
-        if (in.ConsumeBool()) {
-            attn::fuzz::run<double>(in);
-        } else {
-            // The profile byte decides float or a 16-bit type (decode.hpp): read ahead on a second reader of the same bytes.
-            FuzzedDataProvider ahead(data, size);
-            (void)ahead.ConsumeBool();
-            (void)attn::fuzz::Dims::decode(ahead);
-            switch (attn::fuzz::sixteen_bit_choice((ahead.ConsumeIntegral<std::uint8_t>() >> 2) & 7u)) {
-                case 16: attn::fuzz::run<attn::float16>(in); break;
-                case 8: attn::fuzz::run<attn::bfloat16>(in); break;
-                default: attn::fuzz::run<float>(in); break;
-            }
-        }
-    } catch (const attn::fuzz::SkipInput&) {
-        return -1;  // the candidate does not support this input: keep it out of the corpus
-    }
-    return 0;
+    return attn::fuzz::run_in_decoded_dtype(data, size, [](auto tag, FuzzedDataProvider& in) {
+        attn::fuzz::run<decltype(tag)>(in);
+    });
 }
