@@ -108,7 +108,6 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
     g.dq.assign(static_cast<std::size_t>(h.Tq * h.Dk), Mp(0));
     g.dk.assign(static_cast<std::size_t>(h.Tk * h.Dk), Mp(0));
     g.dv.assign(static_cast<std::size_t>(h.Tk * h.Dv), Mp(0));
-    const std::vector<Mp> out = exact_output(h);
     // Section 12's sums: per dq element, per dk and dv element (over the rows that read the key), the terms with the
     // bound of each dS or weight (first) and with its magnitude plus bound (second), and the number of terms.
     std::vector<Wide> dk1(bound ? g.dk.size() : 0), dk2(dk1.size()), dv1(bound ? g.dv.size() : 0),
@@ -123,15 +122,22 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
     for (Index i = 0; i < h.Tq; ++i) {
         const RowWeights w = row_weights(h, i);
         if (!w.any) continue;
-        Mp D = 0;  // dout_i . O_i
-        for (Index d = 0; d < h.Dv; ++d) D += h.dout[i * h.Dv + d] * out[i * h.Dv + d];
+        Mp D = 0;  // dout_i . O_i, O_i = sum_j p_ij v_j from this row's weights
+        for (Index d = 0; d < h.Dv; ++d) {
+            Mp o = 0;
+            for (Index j = 0; j < h.Tk; ++j)
+                if (h.allowed[i * h.Tk + j]) o += w.p[j] * h.v[j * h.Dv + d];
+            D += h.dout[i * h.Dv + d] * o;
+        }
         // Section 12, steps 1-2: each dP's bound, then D's.
         Index n = 0;
-        std::vector<Wide> e_dP(bound ? static_cast<std::size_t>(h.Tk) : 0), dP_abs(e_dP.size());
+        std::vector<Mp> dPs(static_cast<std::size_t>(h.Tk));  // dP_ij of the allowed keys
+        std::vector<Wide> e_dP(bound ? static_cast<std::size_t>(h.Tk) : 0);
         Wide e_D = 0, D_terms = 0;
         for (Index j = 0; j < h.Tk; ++j) {
             if (!h.allowed[i * h.Tk + j]) continue;
-            Mp dP = 0;
+            Mp& dP = dPs[static_cast<std::size_t>(j)];
+            dP = 0;
             for (Index d = 0; d < h.Dv; ++d) dP += h.dout[i * h.Dv + d] * h.v[j * h.Dv + d];
             const Mp ds = w.p[j] * (dP - D) * w.g[j] * h.scale;  // the scale of both dq and dk
             for (Index d = 0; d < h.Dk; ++d) {
@@ -146,10 +152,10 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
                 A += abs(h.dout[i * h.Dv + d]).convert_to<Wide>() * abs(h.v[j * h.Dv + d]).convert_to<Wide>();
             const auto js = static_cast<std::size_t>(j);
             e_dP[js] = gamma(h.Dv, bound->u) * A + 2 * static_cast<Wide>(h.Dv) * eta;
-            dP_abs[js] = abs(dP).convert_to<Wide>();
+            const Wide dP_abs = abs(dP).convert_to<Wide>();
             const Wide P = w.p[j].convert_to<Wide>(), eP = bound->weights_bound[i * h.Tk + j];
-            e_D += eP * dP_abs[js] + P * e_dP[js] + eP * e_dP[js];
-            D_terms += (P + eP) * (dP_abs[js] + e_dP[js]);
+            e_D += eP * dP_abs + P * e_dP[js] + eP * e_dP[js];
+            D_terms += (P + eP) * (dP_abs + e_dP[js]);
         }
         if (!bound) continue;
         e_D += gamma(n, bound->u) * D_terms + 2 * static_cast<Wide>(n) * eta;
@@ -158,9 +164,7 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
         for (Index j = 0; j < h.Tk; ++j) {
             if (!h.allowed[i * h.Tk + j]) continue;
             const auto js = static_cast<std::size_t>(j);
-            Mp dP = 0;
-            for (Index d = 0; d < h.Dv; ++d) dP += h.dout[i * h.Dv + d] * h.v[j * h.Dv + d];
-            const Wide x = abs(dP - D).convert_to<Wide>();
+            const Wide x = abs(dPs[js] - D).convert_to<Wide>();  // dP from the first pass
             const Wide e_x = e_dP[js] + e_D + u * (x + e_dP[js] + e_D);
             const Wide P = w.p[j].convert_to<Wide>(), eP = bound->weights_bound[i * h.Tk + j];
             const Wide e_dS = eP * x + (P + eP) * e_x + u * (P + eP) * (x + e_x) + bound->eta_mul;
