@@ -8,6 +8,9 @@
 // window leaves, so it compares with the gemm directly.
 // float16 and bfloat16 rows: the tiled kernel on 16-bit storage (float32 arithmetic), against the float gemm.
 // Library rows write into one preallocated output (scaled_dot_product_attention_into), as the gemm does.
+// Backward rows (op "backward"): attn::sdpa_backward after one untimed forward that saved the output and lse, FLOPs
+// 2.5x the forward's (10 B H Tq Tk D, as FlashAttention counts: five products of the forward's size, two of them
+// the forward's own).
 // Own flags (before Google Benchmark's): --quick (fewer shapes), --reps N, --memory-probe IMPL T [DTYPE].
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
@@ -163,6 +166,28 @@ void bench_attention(benchmark::State& state, const std::string& impl, Index Tq,
     state.counters["flop"] = 4.0 * double(B * H) * pairs * double(D);
 }
 
+// The backward pass of the same call: dq, dk, dv from a dout of normal values.
+template <class T>
+void bench_backward(benchmark::State& state, const std::string& impl, Index T_len, bool causal, int threads) {
+    const auto q = random_tensor<T>({B, H, T_len, D}, 1);
+    const auto k = random_tensor<T>({B, H, T_len, D}, 2);
+    const auto v = random_tensor<T>({B, H, T_len, D}, 3);
+    const auto dout = random_tensor<T>({B, H, T_len, D}, 5);
+    attn::SdpaOptions options;
+    options.is_causal = causal;
+    options.alignment = attn::CausalAlignment::BottomRight;
+    options.num_threads = threads;
+    options.backend = impl == "tiled" ? attn::Backend::Tiled : attn::Backend::Reference;
+    options.return_lse = true;
+    const attn::SdpaResult<T> f = attn::scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+    for (auto _ : state) {
+        const attn::SdpaGradients<T> g = attn::sdpa_backward(q.view(), k.view(), v.view(), f.output.view(),
+                                                             f.lse->view(), dout.view(), std::nullopt, options);
+        benchmark::DoNotOptimize(g.dq.data());
+    }
+    state.counters["flop"] = 10.0 * double(B * H) * double(T_len) * double(T_len) * double(D);
+}
+
 void register_all(bool quick, int reps_override) {
     const std::vector<Index> Ts =
         quick ? std::vector<Index>{512, 2048} : std::vector<Index>{128, 512, 1024, 2048, 4096};
@@ -232,6 +257,23 @@ void register_all(bool quick, int reps_override) {
         add_dtype(double{});
         add_dtype(attn::float16{});
         add_dtype(attn::bfloat16{});
+        // The backward pass, float: both backends at the target's size, self and causal.
+        for (bool causal : {false, true})
+            for (const char* impl : {"reference", "tiled"}) {
+                attn::suite::CaseConfig row;
+                row.op = "backward";
+                row.dtype = attn::suite::dtype_of<float>();
+                row.threads = threads;
+                row.B = B, row.H = row.kv_heads = H, row.Tq = row.Tk = Ts.back(), row.Dk = row.Dv = D;
+                row.mask = causal ? "causal-br" : "none";
+                row.impl = impl;
+                const std::string name = row.to_config();
+                const std::string which = impl;
+                const Index T_len = Ts.back();
+                benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+                    bench_backward<float>(s, which, T_len, causal, threads);
+                })->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
+            }
     }
 }
 
@@ -239,6 +281,16 @@ long peak_rss_kib() {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     return usage.ru_maxrss;
+}
+
+// A memory probe's one JSON line (KiB): what the inputs added, the peak before and after the call, the outputs' size,
+// and the peak beyond all of them.
+template <class T>
+void print_probe(const std::string& impl, Index T_len, long inputs, long before, long after, long output_kib) {
+    std::printf("{\"impl\": \"%s\", \"dtype\": \"%s\", \"T\": %ld, \"H\": 1, \"D\": %ld, \"inputs_kib\": %ld, "
+                "\"baseline_kib\": %ld, \"peak_kib\": %ld, \"output_kib\": %ld, \"beyond_inputs_and_output_kib\": %ld}\n",
+                impl.c_str(), attn::suite::to_string(attn::suite::dtype_of<T>()), static_cast<long>(T_len),
+                static_cast<long>(D), inputs, before, after, output_kib, after - before - output_kib);
 }
 
 // One SDPA call (H=1, D=64, self-attention, 1 thread) in this process on storage T. Prints, in KiB: the peak
@@ -264,14 +316,40 @@ int memory_probe(const std::string& impl, Index T_len) {
     const auto r = attn::scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
     const long after = peak_rss_kib();
     const long output_kib = static_cast<long>(r.output.numel() * static_cast<Index>(sizeof(T)) / 1024);
-    std::printf("{\"impl\": \"%s\", \"dtype\": \"%s\", \"T\": %ld, \"H\": 1, \"D\": %ld, \"inputs_kib\": %ld, "
-                "\"baseline_kib\": %ld, \"peak_kib\": %ld, \"output_kib\": %ld, \"beyond_inputs_and_output_kib\": %ld}\n",
-                impl.c_str(), attn::suite::to_string(attn::suite::dtype_of<T>()), static_cast<long>(T_len),
-                static_cast<long>(D), before - empty, before, after, output_kib, after - before - output_kib);
+    print_probe<T>(impl, T_len, before - empty, before, after, output_kib);
+    return 0;
+}
+
+// The backward of one such call (impl "tiled-backward" or "reference-backward"): the forward (its output and lse),
+// dout and the inputs count as the inputs; beyond them, the peak less the three gradients.
+template <class T>
+int backward_memory_probe(const std::string& impl, Index T_len) {
+    attn::SdpaOptions options;
+    options.num_threads = 1;
+    options.backend = impl == "tiled-backward" ? attn::Backend::Tiled : attn::Backend::Reference;
+    options.return_lse = true;
+    { const auto warm_up = random_tensor<T>({1, 1, 64, D}, 0); }
+    const long empty = peak_rss_kib();
+    const auto q = random_tensor<T>({1, 1, T_len, D}, 1);
+    const auto k = random_tensor<T>({1, 1, T_len, D}, 2);
+    const auto v = random_tensor<T>({1, 1, T_len, D}, 3);
+    const auto dout = random_tensor<T>({1, 1, T_len, D}, 5);
+    const auto f = attn::scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options);
+    const long before = peak_rss_kib();
+    const auto g = attn::sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), f.lse->view(), dout.view(),
+                                       std::nullopt, options);
+    const long after = peak_rss_kib();
+    const long grads_kib = static_cast<long>(3 * g.dq.numel() * static_cast<Index>(sizeof(T)) / 1024);
+    print_probe<T>(impl, T_len, before - empty, before, after, grads_kib);
     return 0;
 }
 
 int memory_probe(const std::string& impl, Index T_len, const std::string& dtype) {
+    if (impl == "tiled-backward" || impl == "reference-backward") {
+        if (dtype == "float") return backward_memory_probe<float>(impl, T_len);
+        std::fprintf(stderr, "memory probe: the backward's is float only, got %s\n", dtype.c_str());
+        return 2;
+    }
     if (dtype == "float") return memory_probe<float>(impl, T_len);
     if (dtype == "bfloat16") return memory_probe<attn::bfloat16>(impl, T_len);
     if (dtype == "float16") return memory_probe<attn::float16>(impl, T_len);

@@ -57,6 +57,7 @@ Row parse_name(const std::string& run_name) {
     r.dtype = suite::to_string(c.dtype);
     r.threads = c.threads;
     r.kase = c.op == "gemm"            ? "gemm"
+             : c.op == "backward"    ? (c.mask == "causal-br" ? "backward-causal" : "backward")
              : c.mask == "causal-br" ? "causal"
              : c.window              ? "window"  // GFLOP/s counted on the visible pairs (bench/attention_bench.cpp)
              : c.softcap             ? "softcap"
@@ -177,6 +178,7 @@ json print_rows(Measured& m) {
 // Peak resident memory, one process per measurement (so no allocation of one run hides in another's peak).
 struct MemoryFigures {
     double tiled_32k = -1;  // tiled float at T=32768, MiB beyond inputs and output (-1: not measured)
+    double backward_32k = -1;  // the tiled backward at T=32768, MiB beyond inputs, saved forward, dout and gradients
     // Inputs' measured resident memory per dtype at the 16-bit probe's T, KiB (absent: not measured).
     std::map<std::string, double> inputs_kib;
 };
@@ -184,13 +186,15 @@ struct MemoryFigures {
 json measure_memory(const std::string& binary, bool quick, MemoryFigures* figures) {
     json memory = json::array();
     std::printf("\npeak memory (H=1, D=64, self, 1 thread, separate processes; MiB)\n");
-    std::printf("%-9s %-8s %6s %8s %16s\n", "impl", "dtype", "T", "inputs", "beyond in + out");
+    std::printf("%-14s %-8s %6s %8s %16s\n", "impl", "dtype", "T", "inputs", "beyond in + out");
     const std::vector<long> Ts = quick ? std::vector<long>{4096} : std::vector<long>{4096, 16384, 32768};
     const long half_T = quick ? 4096 : 16384;  // the 16-bit probes: tiled only
     std::vector<std::tuple<std::string, std::string, long>> probes;
     for (long T : Ts)
         for (const char* impl : {"reference", "tiled"}) probes.emplace_back(impl, "float", T);
     for (const char* dtype : {"bfloat16", "float16"}) probes.emplace_back("tiled", dtype, half_T);
+    // The backward: inputs = q, k, v, dout and the saved output and lse; out = the three gradients.
+    probes.emplace_back("tiled-backward", "float", quick ? 4096 : 32768);
     for (const auto& [impl, dtype, T] : probes) {
         const std::string out =
             capture("'" + binary + "' --memory-probe " + impl + " " + std::to_string(T) + " " + dtype);
@@ -198,20 +202,38 @@ json measure_memory(const std::string& binary, bool quick, MemoryFigures* figure
             const json m = json::parse(out);
             const double inputs = m["inputs_kib"].get<double>();
             const double mib = m["beyond_inputs_and_output_kib"].get<double>() / 1024.0;
-            std::printf("%-9s %-8s %6ld %8.1f %16.1f\n", impl.c_str(), dtype.c_str(), T, inputs / 1024.0, mib);
+            std::printf("%-14s %-8s %6ld %8.1f %16.1f\n", impl.c_str(), dtype.c_str(), T, inputs / 1024.0, mib);
             memory.push_back(m);
             if (T == 32768 && impl == "tiled" && dtype == "float") figures->tiled_32k = mib;
+            if (T == 32768 && impl == "tiled-backward") figures->backward_32k = mib;
             if (T == half_T && impl == "tiled") figures->inputs_kib[dtype] = inputs;
         } catch (const json::exception&) {
-            std::printf("%-9s %-8s %6ld %8s\n", impl.c_str(), dtype.c_str(), T, "failed");
+            std::printf("%-14s %-8s %6ld %8s\n", impl.c_str(), dtype.c_str(), T, "failed");
         }
     }
 
     return memory;
 }
 
+// The peer of the backward rows: PyTorch's autograd through its CPU math path at the rows' size
+// (bench/torch_backward.py, Debian's python3-torch), run after them in this run. Milliseconds, -1 without torch.
+double measure_torch_backward(long T, json* out) {
+    const std::string script = std::string(ATTN_SOURCE_DIR) + "/bench/torch_backward.py";
+    const std::string line = capture("/usr/bin/python3 '" + script + "' " + std::to_string(T) + " 2>/dev/null");
+    try {
+        const json m = json::parse(line);
+        *out = m;
+        if (!m.contains("ms")) return -1;
+        std::printf("\nPyTorch %s autograd backward (CPU math path), T=%ld, float, 1 thread: %.1f ms\n",
+                    m.value("torch", "?").c_str(), T, m["ms"].get<double>());
+        return m["ms"].get<double>();
+    } catch (const json::exception&) {
+        return -1;
+    }
+}
+
 // The targets of the fast path, from this run's rows.
-void print_targets(Measured& m, bool quick, const MemoryFigures& memory) {
+void print_targets(Measured& m, bool quick, const MemoryFigures& memory, double torch_backward_ms) {
     const double tiled_32k = memory.tiled_32k;
     auto& gemm_gflops = m.gemm_gflops;
     auto& gemm_cpu_ms = m.gemm_cpu_ms;
@@ -281,6 +303,20 @@ void print_targets(Measured& m, bool quick, const MemoryFigures& memory) {
     target("tiled float ALiBi / plain time, 1 thread", f1 && a1, f1 && a1 ? a1->median() / f1->median() : 0, 1.15,
            false, "x");
     target("tiled memory at T=32768 beyond inputs and output", tiled_32k >= 0, tiled_32k, 64, false, " MiB");
+    // The backward pass (FLOPs 2.5x the forward's): against the same sgemm, on 2 threads, causal against self.
+    const Row* g1 = find("tiled", "float", 1, "backward", T);
+    const Row* g2 = find("tiled", "float", 2, "backward", T);
+    const Row* gc = find("tiled", "float", 1, "backward-causal", T);
+    target("tiled float backward 1 thread, % of sgemm", g1 && sgemm,
+           g1 && sgemm ? 100 * g1->gflops() / gemm_gflops[{"float", 1}] : 0, 55, true, "%");
+    target("tiled float backward 2 threads / 1 thread throughput", g1 && g2, g1 && g2 ? g1->median() / g2->median() : 0,
+           1.8, true, "x");
+    target("tiled float backward causal / self time, 1 thread", g1 && gc, g1 && gc ? gc->median() / g1->median() : 0,
+           0.55, false, "x");
+    target("PyTorch autograd / tiled float backward time, 1 thread", g1 && torch_backward_ms > 0,
+           g1 && torch_backward_ms > 0 ? torch_backward_ms / g1->median() : 0, 3, true, "x");
+    target("tiled backward memory at T=32768 beyond in + out", memory.backward_32k >= 0, memory.backward_32k, 128,
+           false, " MiB");
     // Half the input memory of float, as measured (resident pages): each of the three inputs may hold one page
     // (4 KiB) more than its bytes, which is the slack over one half.
     const auto inputs = [&](const char* dtype) {
@@ -366,11 +402,18 @@ Action add_bench_command(CLI::App& app) {
         const json rows = print_rows(measured);
         MemoryFigures figures;
         const json memory = measure_memory(binary, quick, &figures);
-        print_targets(measured, quick, figures);
+        // The torch peer only where this run has the tiled backward row it is compared with.
+        json torch_row = nullptr;
+        const long backward_T = quick ? 2048 : 4096;
+        bool have_backward = false;
+        for (const auto& [name, r] : measured.by_name)
+            have_backward = have_backward || (r.kase == "backward" && r.impl == "tiled" && r.Tq == backward_T);
+        const double torch_ms = have_backward ? measure_torch_backward(backward_T, &torch_row) : -1;
+        print_targets(measured, quick, figures, torch_ms);
 
         if (!json_path.empty()) {
             std::ofstream out(json_path);
-            out << json{{"quick", quick}, {"rows", rows}, {"memory", memory},
+            out << json{{"quick", quick}, {"rows", rows}, {"memory", memory}, {"torch_backward", torch_row},
                         {"context", context}}
                        .dump(2)
                 << "\n";

@@ -399,8 +399,9 @@ CheckOutcome check_gradient_files(const CheckArgs& args, const Inputs& in) {
     const Tensor<T> dout = npy::to_tensor<T>(dout_file, args.dout_path);
     const oracle::Gradients<T> g =
         oracle::sdpa_backward<T>(c.q.view(), c.k.view(), c.v.view(), dout.view(), c.allowed, c.options, c.oo);
-    std::printf("attn check: gradients against the oracle's exact ones (%d bits), bound for the reference backward "
-                "with the %s model's forward (oracle/BOUNDS.md section 12), dtype %s\n",
+    std::printf("attn check: gradients against the oracle's exact ones (%d bits), bound for a backward of the %s "
+                "model (oracle/BOUNDS.md section 12; 12b where it takes P from the lse and D from the output), "
+                "dtype %s\n",
                 g.bits, g.model.name.c_str(), npy::to_string(npy::dtype_of<T>()));
     oracle::GradientVerdict verdict;
     nlohmann::json report = {{"dout", args.dout_path}, {"dtype", npy::to_string(npy::dtype_of<T>())},

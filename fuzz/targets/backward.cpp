@@ -1,10 +1,12 @@
 // Fuzz target `backward`: attn::sdpa_backward after the forward on the `sdpa` target's random shapes, broadcasts,
 // strided views, masks, windows, biases, ALiBi and values, with a random dout. Checked: the gradients have the
-// inputs' shapes; a refusal is the one the contracts predict (the forward's, a dout a query reads that is not finite,
-// the tiled backend), a ValueError for overflow only where finite inputs can overflow; keys no query reads get
+// inputs' shapes; a refusal is the one the contracts predict (the forward's, a dout a query reads that is not
+// finite), a ValueError for overflow only where finite inputs can overflow; keys no query reads get
 // exactly zero dk and dv, summed over broadcast batch elements too; finite inputs give finite gradients (dq of empty
 // rows under the Nan policy aside); one thread gives the same bits; small finite cases are within the oracle's
-// gradient bound (oracle/BOUNDS.md section 12).
+// gradient bound for the backend that ran (oracle/BOUNDS.md sections 12, 12b). The tiled backward runs with the
+// production blocks or, decoded from the input's last byte, blocks of 1-8 queries and 1-16 keys, so that small cases
+// span several.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -29,7 +31,6 @@ void run(FuzzedDataProvider& in) {
     const ValueProfile profile{(profile_bits & 1u) != 0, (profile_bits & 2u) != 0};
     SdpaOptions options = decode_options(in, true);
     options.return_weights = false;
-    const bool ask_tiled_backward = options.backend == Backend::Tiled;
     const Shape& full_batch = dims.batch;
     Shape qs = broadcastable_shape(in, full_batch, 0), ks = broadcastable_shape(in, full_batch, 0),
           vs = broadcastable_shape(in, full_batch, 0);
@@ -95,15 +96,9 @@ void run(FuzzedDataProvider& in) {
             for (Index d = 0; model.nonempty(b, i) && d < dims.Dv; ++d)
                 if (!std::isfinite(static_cast<double>(dout[(b * dims.Tq + i) * dims.Dv + d]))) dout_read_finite = false;
 
-    if (ask_tiled_backward) {  // no tiled backward yet: refused by name, whatever the inputs
-        try {
-            sdpa_backward(q.view, k.view, v.view, forward.output.view(), forward.lse->view(), dout.view(), allowed_mask,
-                          options);
-            fail(__FILE__, __LINE__, "the tiled backend ran a backward pass");
-        } catch (const ConfigError& e) {
-            ATTN_FUZZ_REQUIRE(contains(e.what(), "sdpa_backward: backend 'tiled'"), std::string("message: ") + e.what());
-        }
-        options.backend = Backend::Auto;
+    if (const auto blocks = in.ConsumeIntegral<std::uint8_t>(); blocks != 0 && options.backend == Backend::Tiled) {
+        options.tiled_query_block = 1 + (blocks & 7);
+        options.tiled_key_block = 1 + (blocks >> 3 & 15);
     }
 
     // 4. The backward and its outcome.
@@ -174,11 +169,12 @@ void run(FuzzedDataProvider& in) {
     }
 
 #if ATTN_FUZZ_HAVE_ORACLE
-    // 8. Small finite cases: within the oracle's gradient bound for the reference backward.
+    // 8. Small finite cases: within the oracle's gradient bound for the backward that ran (Backend::Auto runs the
+    // reference one on cases this small).
     if (reads.all_finite && dout_read_finite && !may_overflow && options.softcap == 0 &&
         small_enough_for_oracle(model.batch_count, dims.Tq, dims.Tk, dims.Dk, dims.Dv)) {
         oracle::OracleOptions oo;
-        oo.model = oracle::reference_model();
+        oo.model = options.backend == Backend::Tiled ? oracle::library_tiled_model() : oracle::reference_model();
         const oracle::Gradients<T> exact =
             oracle::sdpa_backward<T>(q.view, k.view, v.view, dout.view(), allowed_mask, options, oo);
         for (const auto which : {oracle::Gradient::Dq, oracle::Gradient::Dk, oracle::Gradient::Dv}) {

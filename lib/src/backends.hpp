@@ -27,6 +27,29 @@ template <class S, class T = compute_t<S>>
 T reference_softmax_row(const SdpaProblem<S>& p, const SdpaOptions& options, Index b, Index i, const Index* keys,
                         Index n, T* row, T* cap_derivative);
 
+// The backward's kernels (attn/backward.hpp), per batch element b of a checked problem, into contiguous dq (Tq, Dk),
+// dk (Tk, Dk), dv (Tk, Dv) in the compute type.
+// The readable key positions of a batch element, ascending: the only keys a backward gathers.
+std::vector<Index> readable_keys(const Readability& r);
+// The tiled backward (attn/tiled.hpp, TiledBackwardInfo): P from the saved lse, D from the saved output. Returns
+// false, computing nothing, when a readable value is NaN or Inf (check_finite off): the reference backward, whose
+// products run over allowed pairs only, is the one that keeps it from rows that may not read it.
+template <class S, class T>
+bool sdpa_backward_tiled_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& options, Index b,
+                               const SavedRows<S>& out, const SavedRows<S>& dout, const SavedRows<T>& lse, T* dq,
+                               T* dk, T* dv);
+// Both backwards' last step: dkc and dvc (one row per readable key, keys[c]) scattered to the key positions (0 at
+// keys nobody reads), dq rows of queries with no allowed key per the policy, and under check_finite a ValueError
+// for a gradient that overflowed.
+template <class S, class T>
+void finish_backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& options, Index b,
+                           const std::vector<Index>& keys, const std::vector<T>& dkc, const std::vector<T>& dvc, T* dq,
+                           T* dk, T* dv);
+
+// Backend::Auto picks `tiled` from this many scores per batch element (Tq * Tk) on, forward and backward (sdpa.cpp
+// says how it was measured).
+inline constexpr Index auto_tiled_min_scores = 128 * 128;
+
 // FlashAttention-style: output and lse only (never a Tq x Tk matrix, so no weights), same contracts as
 // sdpa_reference. Block sizes and rounding structure: attn/tiled.hpp.
 template <class T>

@@ -48,7 +48,7 @@ namespace {
 // time, and the gap grows with T; below 128 x 128 both take microseconds and the simpler reference runs.
 // Weights requested => `reference`, the only backend that materialises them. An explicit `tiled` with weights is
 // an error rather than a silent switch: whoever names a backend is testing that backend.
-constexpr Index auto_tiled_min_scores = 128 * 128;
+using detail::auto_tiled_min_scores;
 
 Backend resolve(Backend requested, const SdpaOptions& options, Index Tq, Index Tk) {
     if (requested == Backend::Tiled && options.return_weights)

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,11 +28,9 @@ using detail::throw_overflow;
 template <class S, class T = compute_t<S>>
 void backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& options, Index b,
                     const detail::SavedRows<S>& dout, T* dq, T* dk, T* dv) {
-    const Index Tq = p.Tq, Tk = p.Tk, Dk = p.Dk, Dv = p.Dv;
+    const Index Tq = p.Tq, Dk = p.Dk, Dv = p.Dv;
     const auto nonempty = [&](Index i) { return r.row_nonempty[static_cast<std::size_t>(i)] != 0; };
-    std::vector<Index> keys;  // readable key positions, ascending
-    for (Index j = 0; j < Tk; ++j)
-        if (r.key_readable[static_cast<std::size_t>(j)]) keys.push_back(j);
+    const std::vector<Index> keys = detail::readable_keys(r);
     const Index n = static_cast<Index>(keys.size());
 
     // 1. gather: qc (Tq, Dk) and go (Tq, Dv) of the rows with an allowed key, kc (n, Dk), vc (n, Dv).
@@ -123,7 +123,26 @@ void backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOpt
         for (T& x : dkc) x *= scale;
     }
 
-    // 6. scatter to the key positions (0 at keys nobody reads); empty rows per the policy; overflow is an error.
+    detail::finish_backward_batch(p, r, options, b, keys, dkc, dvc, dq, dk, dv);
+}
+
+}  // namespace
+
+namespace detail {
+
+std::vector<Index> readable_keys(const Readability& r) {
+    std::vector<Index> keys;
+    for (Index j = 0; j < static_cast<Index>(r.key_readable.size()); ++j)
+        if (r.key_readable[static_cast<std::size_t>(j)]) keys.push_back(j);
+    return keys;
+}
+
+template <class S, class T>
+void finish_backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& options, Index b,
+                           const std::vector<Index>& keys, const std::vector<T>& dkc, const std::vector<T>& dvc, T* dq,
+                           T* dk, T* dv) {
+    const Index Tq = p.Tq, Tk = p.Tk, Dk = p.Dk, Dv = p.Dv, n = static_cast<Index>(keys.size());
+    const auto nonempty = [&](Index i) { return r.row_nonempty[static_cast<std::size_t>(i)] != 0; };
     std::fill_n(dk, Tk * Dk, T(0));
     std::fill_n(dv, Tk * Dv, T(0));
     for (Index c = 0; c < n; ++c) {
@@ -151,6 +170,18 @@ void backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOpt
     check(dv, Tk, Dv, "dv (P^T dout)", "key row", read);
 }
 
+#define ATTN_INSTANTIATE(S)                                                                                        \
+    template void finish_backward_batch<S, compute_t<S>>(                                                          \
+        const SdpaProblem<S>&, const Readability&, const SdpaOptions&, Index, const std::vector<Index>&,           \
+        const std::vector<compute_t<S>>&, const std::vector<compute_t<S>>&, compute_t<S>*, compute_t<S>*,           \
+        compute_t<S>*);
+ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
+#undef ATTN_INSTANTIATE
+
+}  // namespace detail
+
+namespace {
+
 // The gradient of one input, (batch..., rows, cols) per batch element in `per_batch`, summed into a tensor of the
 // input's own shape (`input`: the caller's view broadcast to the batch shape, `shape`: the caller's shape) in
 // increasing batch order, then rounded to S once.
@@ -177,6 +208,37 @@ Tensor<S> sum_over_broadcast(const std::vector<T>& per_batch, const Shape& shape
     return out;
 }
 
+// One input's gradient as it is formed: per-batch parts (batch, rows, cols) in the compute type, then
+// sum_over_broadcast. Where the input is not broadcast (as many elements as the parts, so the same layout) and is
+// stored in the compute type, the parts are its gradient and are written into the result directly.
+template <class S, class T = compute_t<S>>
+class Gradient {
+public:
+    Gradient(const Shape& shape, Index parts) : shape_(shape) {
+        if (std::is_same_v<S, T> && numel(shape) == parts) {
+            direct_ = Tensor<S>::uninitialized(shape);
+            count_ = parts;
+        } else {
+            parts_.resize(static_cast<std::size_t>(parts));
+            count_ = parts;
+        }
+    }
+    T* parts() { return direct_ ? reinterpret_cast<T*>(direct_->data()) : parts_.data(); }
+    std::span<const T> parts() const {
+        return {direct_ ? reinterpret_cast<const T*>(direct_->data()) : parts_.data(), static_cast<std::size_t>(count_)};
+    }
+    Tensor<S> take(const Shape& batch_shape, Index rows, Index cols, const std::string& function, const char* name) {
+        if (direct_) return std::move(*direct_);
+        return sum_over_broadcast<S>(parts_, shape_, batch_shape, rows, cols, function, name);
+    }
+
+private:
+    Shape shape_;
+    std::optional<Tensor<S>> direct_;
+    std::vector<T> parts_;
+    Index count_ = 0;
+};
+
 template <class S>
 SdpaGradients<S> backward(TensorView<const S> q, TensorView<const S> k, TensorView<const S> v,
                           TensorView<const S> out, TensorView<const compute_t<S>> lse, TensorView<const S> dout,
@@ -187,9 +249,6 @@ SdpaGradients<S> backward(TensorView<const S> q, TensorView<const S> k, TensorVi
     const std::string shapes =
         p.shapes + ", out " + to_string(out.shape()) + ", lse " + to_string(lse.shape()) + ", dout " +
         to_string(dout.shape());
-    if (options.backend == Backend::Tiled)
-        throw ConfigError(function + ": backend 'tiled' has no backward pass yet; use Backend::Auto or "
-                          "Backend::Reference (" + shapes + ")");
     const detail::SavedRows<S> out_rows(function, "out", out, p.output_shape(), p.batch_shape, shapes);
     const detail::SavedRows<S> dout_rows(function, "dout", dout, p.output_shape(), p.batch_shape, shapes);
     const detail::SavedRows<T> lse_rows(function, "lse", lse, p.lse_shape(), p.batch_shape, shapes);
@@ -200,28 +259,42 @@ SdpaGradients<S> backward(TensorView<const S> q, TensorView<const S> k, TensorVi
         detail::check_owned_rows(p, readable, "lse", lse_rows, 1, shapes);
     }
     const Index B = p.batch, Tq = p.Tq, Tk = p.Tk, Dk = p.Dk, Dv = p.Dv;
-    std::vector<T> dq(static_cast<std::size_t>(B * Tq * Dk)), dk(static_cast<std::size_t>(B * Tk * Dk)),
-        dv(static_cast<std::size_t>(B * Tk * Dv));
+    // Per-batch gradients in the compute type; where an input is not broadcast and is stored in the compute type they
+    // are its gradient already, written in place (no sum, no copy).
+    Gradient<S> dq(q.shape(), B * Tq * Dk), dk(k.shape(), B * Tk * Dk), dv(v.shape(), B * Tk * Dv);
+    const bool tiled = options.backend == Backend::Tiled ||
+                       (options.backend == Backend::Auto && Tq * p.Tk >= detail::auto_tiled_min_scores);
     detail::parallel_for(B, detail::thread_count(options), [&](Index b) {
-        backward_batch<S>(p, readable[static_cast<std::size_t>(b)], options, b, dout_rows, dq.data() + b * Tq * Dk,
-                          dk.data() + b * Tk * Dk, dv.data() + b * Tk * Dv);
-    });
-    SdpaGradients<S> grads{sum_over_broadcast<S>(dq, q.shape(), p.batch_shape, Tq, Dk, function, "q"),
-                           sum_over_broadcast<S>(dk, k.shape(), p.batch_shape, Tk, Dk, function, "k"),
-                           sum_over_broadcast<S>(dv, v.shape(), p.batch_shape, Tk, Dv, function, "v")};
+        const Readability& r = readable[static_cast<std::size_t>(b)];
+        T* dqb = dq.parts() + b * Tq * Dk;
+        T* dkb = dk.parts() + b * Tk * Dk;
+        T* dvb = dv.parts() + b * Tk * Dv;
+        if (tiled && detail::sdpa_backward_tiled_batch<S, T>(p, r, options, b, out_rows, dout_rows, lse_rows, dqb, dkb,
+                                                              dvb))
+            return;
+        backward_batch<S>(p, r, options, b, dout_rows, dqb, dkb, dvb);
+    }, detail::Schedule::Dynamic);
+    // Before take(): where the parts are the result, they are gone after it.
+    const auto policy_nan = [](const Gradient<S>& g) {
+        const std::span<const T> parts = g.parts();
+        return std::any_of(parts.begin(), parts.end(), [](T x) { return std::isnan(x); });
+    };
+    const bool nan_dq = options.check_finite && policy_nan(dq), nan_dk = options.check_finite && policy_nan(dk),
+               nan_dv = options.check_finite && policy_nan(dv);
+    SdpaGradients<S> grads{dq.take(p.batch_shape, Tq, Dk, function, "q"), dk.take(p.batch_shape, Tk, Dk, function, "k"),
+                           dv.take(p.batch_shape, Tk, Dv, function, "v")};
     if (options.check_finite) {
         // A sum over broadcast batch elements, or the rounding to a 16-bit type, may overflow where no batch
         // element's gradient did. Elements that are NaN by the policy (empty rows under Nan) are not overflows.
-        const auto check = [&](const Tensor<S>& g, const std::vector<T>& parts, const char* name) {
-            const bool policy_nan = std::any_of(parts.begin(), parts.end(), [](T x) { return std::isnan(x); });
+        const auto check = [&](const Tensor<S>& g, bool policy_nan, const char* name) {
             for (Index x = 0; x < g.numel(); ++x)
                 if (std::isinf(static_cast<T>(g.data()[x])) || (!policy_nan && std::isnan(static_cast<T>(g.data()[x]))))
                     throw ValueError(function + ": " + name + " overflowed at flat index " + std::to_string(x) +
                                      " although every readable input is finite (" + shapes + "); scale the inputs down");
         };
-        check(grads.dq, dq, "dq");
-        check(grads.dk, dk, "dk");
-        check(grads.dv, dv, "dv");
+        check(grads.dq, nan_dq, "dq");
+        check(grads.dk, nan_dk, "dk");
+        check(grads.dv, nan_dv, "dv");
     }
     return grads;
 }

@@ -49,15 +49,18 @@ ExactHead exact_head(const SdpaProblem<T>& p, const Readability& r, Index b, con
 
 namespace {
 
-// Row i's weights over the keys (0 where blocked) and, with a cap, each allowed key's 1 - tanh^2(s / cap).
+// Row i's weights over the keys (0 where blocked), its logits (after the cap and the bias) and log-sum-exp, and with
+// a cap each allowed key's 1 - tanh^2(s / cap).
 struct RowWeights {
-    std::vector<Mp> p, g;
+    std::vector<Mp> p, s, g;
+    Mp lse;
     bool any = false;
 };
 
 RowWeights row_weights(const ExactHead& h, Index i) {
     RowWeights w;
     w.p.assign(static_cast<std::size_t>(h.Tk), Mp(0));
+    w.s.assign(static_cast<std::size_t>(h.Tk), Mp(0));
     w.g.assign(static_cast<std::size_t>(h.Tk), Mp(1));
     Mp max;
     for (Index j = 0; j < h.Tk; ++j) {
@@ -72,6 +75,7 @@ RowWeights row_weights(const ExactHead& h, Index i) {
         }
         s += h.bias[i * h.Tk + j];
         w.p[j] = s;
+        w.s[j] = s;
         if (!w.any || s > max || isnan(s)) max = s;
         w.any = true;
     }
@@ -81,6 +85,7 @@ RowWeights row_weights(const ExactHead& h, Index i) {
         if (h.allowed[i * h.Tk + j]) sum += (w.p[j] = exp(w.p[j] - max));
     for (Index j = 0; j < h.Tk; ++j)
         if (h.allowed[i * h.Tk + j]) w.p[j] /= sum;
+    w.lse = max + log(sum);
     return w;
 }
 
@@ -97,10 +102,60 @@ std::vector<Mp> exact_output(const ExactHead& h) {
     return out;
 }
 
+// An MPFR magnitude converted to long double (rounded to nearest, 2^-64 relative), made an upper bound.
+static long double up(long double x) { return x * (1 + 0x1p-60L); }
+
 long double gamma(Index k, double u) {
     const long double ku = static_cast<long double>(k) * u;
     return ku < 1 ? ku / (1 - ku) : std::numeric_limits<long double>::infinity();
 }
+
+namespace {
+
+// Section 12b: a bound on |lse_hat - lse| of row i for a forward of the model's structure (section 3), lse_hat =
+// fl(m_hat + fl(log l_hat)): the logits' errors (A, the largest), the sum's per-key factors theta_j weighted by the
+// computed weights, the log's error and the final addition's. Infinite where it cannot be bounded.
+long double lse_error(const ExactHead& h, const RowWeights& w, Index i, const BoundInputs& in) {
+    using Wide = long double;
+    constexpr Wide inf = std::numeric_limits<Wide>::infinity();
+    if (in.split_kv) return inf;  // a split forward's combine (section 3) is not derived for the lse here
+    Index n = 0;
+    Wide A = 0, max_abs_s = 0;
+    Mp m;
+    for (Index j = 0; j < h.Tk; ++j) {
+        if (!h.allowed[i * h.Tk + j]) continue;
+        if (n == 0 || w.s[j] > m) m = w.s[j];
+        ++n;
+        A = std::max<Wide>(A, in.logits_bound[i * h.Tk + j]);
+        max_abs_s = std::max(max_abs_s, up(abs(w.s[j]).convert_to<Wide>()));
+    }
+    if (n == 0) return 0;
+    const double u = in.u;
+    const Index R = in.rescalings;
+    // Per key: the exponent's roundings telescoped, gamma_k (m_hat - s_hat_j) <= gamma_k (sigma_j + a_j + A), the
+    // rounded-max shift's and a stale max's offsets, 1 + R exp factors, and the n - 1 + R additions and products.
+    const Wide g_k = gamma(in.shift_roundings, u);
+    const Wide offset = (in.rounded_max_shift ? u * (max_abs_s + A) : 0) + 2 * g_k * in.stale_max;
+    const Wide exp_factor = std::pow(1 + 2 * in.exp_ulps * static_cast<Wide>(u), static_cast<Wide>(1 + R));
+    const Wide sums = 1 + gamma(n + R, u);
+    Wide Theta = 0;
+    for (Index j = 0; j < h.Tk; ++j) {
+        if (!h.allowed[i * h.Tk + j]) continue;
+        const Wide sigma = up((m - w.s[j]).convert_to<Wide>()), a = in.logits_bound[i * h.Tk + j];
+        const Wide theta = std::exp(g_k * (sigma + a + A) + offset) * exp_factor * sums - 1;
+        Theta += up(w.p[j].convert_to<Wide>()) * std::exp(2 * A) * theta;  // the computed weight <= p e^{2A}
+    }
+    // Underflow: every exp, rescaling, product and addition off by at most min_normal, against l* >= 1.
+    Theta += 2 * static_cast<Wide>(n + R + 1) * in.min_normal;
+    if (!(Theta < 1)) return inf;
+    const Wide e_L = -std::log1p(-Theta);                   // |log l_hat - log l*|, l* = sum exp(s_hat - m_hat)
+    const Wide log_abs = std::log(static_cast<Wide>(n)) + e_L;  // >= |log l_hat|: l* in [1, n]
+    const Wide e_log = 2 * in.log_ulps * u * std::max<Wide>(log_abs, 1);
+    const Wide before = A + e_L + e_log;  // lse(s_hat) within A of lse(s), then the sum's and the log's errors
+    return (before + u * (up(abs(w.lse).convert_to<Wide>()) + before)) * (1 + 1e-12L);
+}
+
+}  // namespace
 
 ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
     using Wide = long double;
@@ -123,15 +178,34 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
         const RowWeights w = row_weights(h, i);
         if (!w.any) continue;
         Mp D = 0;  // dout_i . O_i, O_i = sum_j p_ij v_j from this row's weights
+        Wide e_D_out = 0, D_out_terms = 0;  // section 12b, D from the saved output: sum |dO| e_O, sum |dO| (|O| + e_O)
         for (Index d = 0; d < h.Dv; ++d) {
             Mp o = 0;
             for (Index j = 0; j < h.Tk; ++j)
                 if (h.allowed[i * h.Tk + j]) o += w.p[j] * h.v[j * h.Dv + d];
             D += h.dout[i * h.Dv + d] * o;
+            if (bound && bound->d_from_output) {
+                const Wide g_abs = abs(h.dout[i * h.Dv + d]).convert_to<Wide>();
+                const Wide e_O = bound->output_bound[i * h.Dv + d];
+                e_D_out += g_abs * e_O;
+                D_out_terms += g_abs * (up(abs(o).convert_to<Wide>()) + e_O);
+            }
         }
+        const Wide e_lse = bound && bound->weights_from_lse ? lse_error(h, w, i, *bound) : 0;
         // Section 12, steps 1-2: each dP's bound, then D's.
+        // Section 12b: a weight recomputed as Exp(fl(s_hat - lse_hat)) errs by P (e^{e_x} - 1) from its exponent's error
+        // e_x (the forward's logit error, the lse's, the subtraction's rounding), by exp_ulps ulps of the result, and
+        // below the normal range by min_normal; else the forward's weights bound (section 12, step 0).
+        const auto weight_error = [&](Index j) -> Wide {
+            if (!bound->weights_from_lse) return bound->weights_bound[i * h.Tk + j];
+            const Wide P = w.p[j].convert_to<Wide>(), e_s = bound->logits_bound[i * h.Tk + j];
+            const Wide x = up(abs(w.s[j] - w.lse).convert_to<Wide>());
+            const Wide e_x = e_s + e_lse + gamma(bound->shift_roundings, bound->u) * (x + e_s + e_lse);
+            return P * std::expm1(e_x) + bound->exp_ulps * 2 * u * P * std::exp(e_x) + bound->min_normal;
+        };
         Index n = 0;
         std::vector<Mp> dPs(static_cast<std::size_t>(h.Tk));  // dP_ij of the allowed keys
+        std::vector<Wide> e_P(bound ? static_cast<std::size_t>(h.Tk) : 0);
         std::vector<Wide> e_dP(bound ? static_cast<std::size_t>(h.Tk) : 0);
         Wide e_D = 0, D_terms = 0;
         for (Index j = 0; j < h.Tk; ++j) {
@@ -153,12 +227,15 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
             const auto js = static_cast<std::size_t>(j);
             e_dP[js] = gamma(h.Dv, bound->u) * A + 2 * static_cast<Wide>(h.Dv) * eta;
             const Wide dP_abs = abs(dP).convert_to<Wide>();
-            const Wide P = w.p[j].convert_to<Wide>(), eP = bound->weights_bound[i * h.Tk + j];
+            const Wide P = w.p[j].convert_to<Wide>(), eP = e_P[js] = weight_error(j);
             e_D += eP * dP_abs + P * e_dP[js] + eP * e_dP[js];
             D_terms += (P + eP) * (dP_abs + e_dP[js]);
         }
         if (!bound) continue;
         e_D += gamma(n, bound->u) * D_terms + 2 * static_cast<Wide>(n) * eta;
+        // Section 12b: D_hat = fl(dout_i . out_hat_i), a dot product over Dv of the saved output, |out_hat - O| measured.
+        if (bound->d_from_output)
+            e_D = e_D_out + gamma(h.Dv, bound->u) * D_out_terms + 2 * static_cast<Wide>(h.Dv) * eta;
         // Steps 3-5: each dS's bound, and its terms in dq, dk and dv.
         std::vector<Wide> row1(static_cast<std::size_t>(h.Dk), 0), row2(row1.size(), 0);
         for (Index j = 0; j < h.Tk; ++j) {
@@ -166,7 +243,7 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
             const auto js = static_cast<std::size_t>(j);
             const Wide x = abs(dPs[js] - D).convert_to<Wide>();  // dP from the first pass
             const Wide e_x = e_dP[js] + e_D + u * (x + e_dP[js] + e_D);
-            const Wide P = w.p[j].convert_to<Wide>(), eP = bound->weights_bound[i * h.Tk + j];
+            const Wide P = w.p[j].convert_to<Wide>(), eP = e_P[js];
             const Wide e_dS = eP * x + (P + eP) * e_x + u * (P + eP) * (x + e_x) + bound->eta_mul;
             const Wide dS = P * x;
             for (Index d = 0; d < h.Dk; ++d) {
@@ -289,14 +366,24 @@ Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorV
     const SdpaProblem<T> p = make_sdpa_problem<T>(function, q, k, v, allowed_mask, options);
     const std::string shapes = p.shapes + ", dout " + to_string(dout.shape());
     const attn::detail::SavedRows<T> dout_rows(function, "dout", dout, p.output_shape(), p.batch_shape, shapes);
+    const ErrorModel& model = oracle_options.model;
     const std::vector<Readability> readable = check_contracts(p, options);
     if (options.check_finite) attn::detail::check_owned_rows(p, readable, "dout", dout_rows, p.Dv, shapes);
     // The forward's weights bound for the model (section 12 starts from it).
     const Result<T> forward = scaled_dot_product_attention<T>(q, k, v, allowed_mask, options, oracle_options);
-    const ErrorModel& model = oracle_options.model;
     detail::BoundInputs in;
     in.u = std::numeric_limits<C>::epsilon() / 2;
     in.scale_roundings = model.scale_roundings;
+    in.weights_from_lse = model.backward_weights_from_lse;
+    in.d_from_output = model.backward_d_from_output;
+    in.exp_ulps = model.exp_ulps;
+    in.log_ulps = model.log_ulps;
+    in.stale_max = model.stale_max;
+    in.shift_roundings = model.shift_roundings;
+    in.rescalings = effective_rescalings(model, p.Tk);
+    in.rounded_max_shift = model.rounded_max_shift;
+    in.split_kv = model.split_kv;
+    in.min_normal = static_cast<long double>(std::numeric_limits<C>::min());
     if (model.gradual_underflow) {
         in.eta_mul = std::is_same_v<C, float> ? 0x1p-150L : 0x1p-1075L;
         in.eta_add = 0;
@@ -315,6 +402,8 @@ Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorV
                 for (const Mp& y : *x)
                     if (y != 0 && abs(y) < std::numeric_limits<C>::min()) unbounded = true;
         in.weights_bound = forward.weights_bound.data() + b * p.Tq * p.Tk;
+        in.logits_bound = forward.logits_bound.data() + b * p.Tq * p.Tk;
+        in.output_bound = forward.output_bound.data() + b * p.Tq * p.Dv;
         detail::ExactGradients g = detail::exact_gradients(h, &in);
         if (options.empty_rows == EmptyRowPolicy::Nan)
             for (Index i = 0; i < p.Tq; ++i)

@@ -35,6 +35,16 @@ struct BoundInputs {
     double u = 0;
     long double eta_mul = 0, eta_add = 0;
     Index scale_roundings = 1;
+    // Section 12b, a backward of FlashAttention-2's structure: weights Exp(fl(s - lse_hat)) with the forward's logit
+    // errors (Tq, Tk) and its saved lse_hat bounded from the forward's model (the rest of the fields), D from its
+    // saved output, within the forward's output bound (Tq, Dv).
+    bool weights_from_lse = false, d_from_output = false;
+    const double* logits_bound = nullptr;
+    const double* output_bound = nullptr;
+    double exp_ulps = 0, log_ulps = 0, stale_max = 0;
+    Index shift_roundings = 1, rescalings = 0;
+    bool rounded_max_shift = false, split_kv = false;
+    long double min_normal = 0;
 };
 
 struct ExactGradients {

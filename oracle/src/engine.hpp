@@ -373,6 +373,7 @@ private:
         Underflow under;
         std::vector<double> p_up;  // p_j rounded up past the oracle's own error (section 7)
         std::vector<Wide> self_w;  // the oracle's own error of p_j (weight_self_error)
+        std::vector<double> logit_error;  // the implementation's error of each logit, the scale's roundings included
         // The normalisation the row's outputs use, the implementation's (0 direct, 1 pivot) and the oracle's own (2, 3):
         // the one with the smaller Delta (both are rigorous; the weights take the smaller bound per key).
         int impl_choice = 0, self_choice = 2;
@@ -439,6 +440,9 @@ private:
         }
         const bool structured = stat_ && row_is_structured(i, keys, sm);  // section 10
         const RowBound rb = row_bound(L, sm, fast, stat_ && !structured);  // sections 2-4 (and 10)
+        if (out_.logits_bound.data() != nullptr)
+            for (std::size_t c = 0; c < keys.size(); ++c)
+                out_.logits_bound.data()[(b * p_.Tq + i) * p_.Tk + keys[c]] = rb.logit_error[c];
         bool certain = row_weights(b, i, keys, sm, rb);              // section 4, weights
         certain = output_row(b, i, keys, sm, rb, fast) && certain;  // sections 3-4, 7
         // The double-double path's own error is at most 2^-89 relative per step, MPFR's 2^-113: where that is not
@@ -553,15 +557,21 @@ private:
         const double nd = static_cast<double>(n);
         const UnderflowUnits& eta = fast ? eta_fast_ : eta_plain_;
         const LogitRounding lr = logit_rounding(p_.Dk, p_.scale, u_, eta);
-        std::vector<double> a(n);
+        std::vector<double> a(n), logit_error(n);
         double A = 0, max_abs_logit = 0;  // max_j |s_j|, rounded up (the oracle's own logit error included)
         for (std::size_t c = 0; c < n; ++c) {
             double abs_s = 0;
             a[c] = implementation_logit(lr, L, c, fast, abs_s);
             A = std::max(A, a[c]);
             max_abs_logit = std::max(max_abs_logit, abs_s);
+            // Without a cap or a bias the scale's roundings are the row's (section 3 takes them there); per logit
+            // they are charged as section 2c does.
+            logit_error[c] = L.raw_up.empty() && L.pre_up.empty()
+                                 ? per_key_scale_bound(a[c], abs_s, scale_gamma(model_, u_, u_storage_))
+                                 : a[c];
         }
         RowBound rb;
+        rb.logit_error = std::move(logit_error);
         rb.fast = fast;
         rb.impl = implementation_rounding(model_, nd, R, u_, max_abs_logit, A, 0, u_storage_);
         // The oracle's softmax: double-double operations and exp (kDdOp, kDdExp) or MPFR (u_mp, correctly rounded);

@@ -58,6 +58,9 @@ ErrorModel tiled_model(Index key_block) {
     m.reciprocal_normalisation = true;
     m.gradual_underflow = false;
     m.inputs_flushed = true;
+    // FlashAttention-2's backward: P = exp2(fma(s, c, -lse c)) from the saved lse, D from the saved output.
+    m.backward_weights_from_lse = true;
+    m.backward_d_from_output = true;
     return m;
 }
 
@@ -76,6 +79,9 @@ ErrorModel library_tiled_model(Index key_block) {
     m.reciprocal_normalisation = false;
     m.gradual_underflow = true;
     m.inputs_flushed = false;
+    // The backward (attn/tiled.hpp, TiledBackwardInfo): P = Exp(fl(s - lse)), D = fl(dout . out).
+    m.backward_weights_from_lse = true;
+    m.backward_d_from_output = true;
     return m;
 }
 
@@ -172,6 +178,7 @@ Result<T> solve_with_backend(TensorView<const T> q, TensorView<const T> k, Tenso
     r.weights = Tensor<T>(p.weights_shape());
     r.output_bound = Tensor<double>(p.output_shape());
     r.weights_bound = Tensor<double>(p.weights_shape());
+    r.logits_bound = Tensor<double>(p.weights_shape());
     r.output_scale = Tensor<double>(p.output_shape());
     r.output_exact = Tensor<long double>(p.output_shape());
     r.weights_exact = Tensor<long double>(p.weights_shape());

@@ -32,9 +32,13 @@ struct SdpaGradients {
 // by q (B, G, R, Tq, Dk) gets dk summed over the R query heads), in increasing batch order: bitwise the same result
 // for any thread count.
 //
-// Backend::Auto and Backend::Reference: the reference backward materialises P per batch element, recomputing the
-// forward's softmax exactly as the reference forward does, and D from P and dP (it reads out and lse for their
-// contract checks only). Backend::Tiled has no backward pass yet: ConfigError.
+// Backend::Reference: the reference backward materialises P per batch element, recomputing the forward's softmax
+// exactly as the reference forward does, and D from P and dP (it reads out and lse for their contract checks only).
+// Backend::Tiled: FlashAttention-2's backward (attn/tiled.hpp, TiledBackwardInfo), P = exp(s - lse) from the saved
+// lse and D_i = dout_i . out_i from the saved output, key blocks outside and query blocks inside, never a Tq x Tk
+// matrix; one thread per batch element, no atomics. out and lse must be what a forward call gave (any backend): a
+// wrong lse gives the gradients of another function. With check_finite off and a NaN or Inf in a readable row, that
+// batch element runs the reference backward. Backend::Auto: tiled from 128 x 128 scores on, as the forward.
 //
 // Errors (attn::Error): the forward's, and ShapeError for out, lse or dout of another shape, ValueError for a NaN or
 // Inf in a row of out, dout or lse that a query with an allowed key owns (under check_finite) and for a gradient

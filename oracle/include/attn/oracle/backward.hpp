@@ -14,8 +14,9 @@ struct Gradients {
     Tensor<T> dq, dk, dv;  // the exact gradients correctly rounded to T, of q's, k's and v's shapes
     Tensor<long double> dq_exact, dk_exact, dv_exact;  // the exact gradients to ~64 bits, for error measurement
     Tensor<long double> dq_exact_lo, dk_exact_lo, dv_exact_lo;  // exact = exact + exact_lo (Result's reason)
-    // Per element, a rigorous bound on |computed - exact| for an implementation of the reference backward's structure
-    // (oracle/BOUNDS.md section 12) whose forward part follows `model`; infinite (claims nothing) with a soft-cap, or
+    // Per element, a rigorous bound on |computed - exact| for an implementation of the backward structure `model`
+    // declares (oracle/BOUNDS.md section 12; 12b for weights from the lse and D from the output) whose forward part
+    // follows `model`; infinite (claims nothing) with a soft-cap, or
     // when the model may flush a subnormal input. 0 where the gradient is exactly 0 by the contracts.
     Tensor<double> dq_bound, dk_bound, dv_bound;
     ErrorModel model;
@@ -33,7 +34,9 @@ struct Gradients {
 // Its own error (a few units of 2^-261 relative to the sums' magnitudes) is far below any float or double result's
 // rounding; the correctly rounded values are exact unless a gradient lies within that of a rounding boundary.
 // oracle_options.model: the forward part of the implementation checked (the weights it recomputes), e.g.
-// reference_model() for attn::sdpa_backward's reference backend; its bits are ignored (always 261 here).
+// reference_model() for attn::sdpa_backward's reference backend, library_tiled_model(key_block) for its tiled one,
+// whose weights come from the forward's saved lse and D from its saved output (section 12b: both bounded as a forward
+// of the model computes them, so a backward handed a wrong lse or output fails); its bits are ignored (always 261).
 template <class T>
 Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                            TensorView<const T> dout, std::optional<TensorView<const bool>> allowed_mask,

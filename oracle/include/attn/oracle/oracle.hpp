@@ -68,6 +68,13 @@ struct ErrorModel {
     // matmul). For float and double targets the storage type is the target itself, and these count roundings more.
     Index logit_storage_roundings = 0;
     bool probabilities_in_storage = false;
+    // The backward pass (oracle::sdpa_backward, BOUNDS.md section 12). backward_weights_from_lse: each weight is
+    // recomputed as Exp(s - lse) from the forward's saved log-sum-exp, the exponent rounded shift_roundings times
+    // (FlashAttention-2), instead of by the forward's own softmax (the reference backward). backward_d_from_output:
+    // D_i = dout_i . out_i from the forward's saved output, a dot product over Dv, instead of sum_j p_ij dP_ij.
+    // The saved lse and output are bounded as a forward of this model computes them (BOUNDS.md section 12b).
+    bool backward_weights_from_lse = false;
+    bool backward_d_from_output = false;
 };
 
 // A conservative model for a kernel whose structure is unknown (any summation order, folded scale, rescaling
@@ -111,6 +118,10 @@ struct Result {
     Tensor<T> weights;                // (batch..., Tq, Tk), idem
     Tensor<double> output_bound;      // per element: rigorous bound on |computed - exact| for a T implementation
     Tensor<double> weights_bound;     // idem for the weights
+    // Per (query, key) the model's bound on the error of the logit it computes, after the cap and the bias, the
+    // scale's roundings included (BOUNDS.md sections 2-2c; 0 where blocked): the backward's weights from the lse
+    // (section 12b) start from it.
+    Tensor<double> logits_bound;
     Tensor<double> output_scale;      // per element: sum_k p_k |V_k|, the condition-aware scale for relative errors
     Tensor<long double> output_exact; // exact result to ~64 bits, for error measurement (no rounding to T)
     Tensor<long double> weights_exact;
