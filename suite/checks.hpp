@@ -201,6 +201,40 @@ inline bool is_library_path(const Implementation& impl) {
     return impl.name == "reference" || impl.name == "tiled" || impl.name == "tiled_small_blocks" || impl.name == "mha";
 }
 
+// The backward pass of the case by `impl` with `options` (the case's bias and slopes added): a dout of normal values
+// drawn from the case's aux_seed in the output's shape and layout, then impl.backward (Unsupported where it has no
+// backward in T).
+template <class T>
+struct BackwardRun {
+    CaseInputs<T> in;
+    SdpaOptions options;
+    Tensor<T> dout;
+    SdpaGradients<T> grads;
+};
+template <class T>
+BackwardRun<T> run_backward(const Implementation& impl, const SdpaCase& c, const SdpaOptions& options) {
+    BackwardRun<T> r{make_inputs<T>(c), {}, {}, {}};
+    r.options = r.in.with_bias(options);
+    Shape out_shape = r.in.q_view.shape();
+    out_shape.back() = c.Dv;
+    Rng rng(c.aux_seed);
+    r.dout = normal_tensor<T>(out_shape, rng);
+    r.grads = impl.backward<T>(r.in.q_view, r.in.k_view, r.in.v_view, r.dout.view(), r.in.allowed_view, r.options);
+    return r;
+}
+// The same, or nullopt where finite inputs overflowed and the call refused them by name (the contract: a ValueError
+// saying "overflowed"); any other exception passes through.
+template <class T>
+std::optional<BackwardRun<T>> run_backward_unless_overflow(const Implementation& impl, const SdpaCase& c,
+                                                           const SdpaOptions& options) {
+    try {
+        return run_backward<T>(impl, c, options);
+    } catch (const ValueError& e) {
+        if (std::string(e.what()).find("overflowed") == std::string::npos) throw;
+        return std::nullopt;
+    }
+}
+
 // Runs f, turning an attn::Error or any other exception into a verdict naming it.
 template <class F>
 Verdict guarded(const std::string& what, F&& f) {

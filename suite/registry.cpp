@@ -32,6 +32,19 @@ SdpaFunction<T> library_sdpa(Adjust adjust) {
     };
 }
 
+// The library's forward with the lse, then its backward, in T, with `adjust` applied to the options of both.
+template <class T, class Adjust>
+BackwardFunction<T> library_backward(Adjust adjust) {
+    return [adjust](TensorView<const T> q, TensorView<const T> k, TensorView<const T> v, TensorView<const T> dout,
+                    std::optional<TensorView<const bool>> m, const SdpaOptions& o) {
+        SdpaOptions options = adjust(o);
+        options.return_lse = true;
+        options.return_weights = false;
+        const SdpaResult<T> f = scaled_dot_product_attention(q, k, v, m, options);
+        return sdpa_backward(q, k, v, f.output.view(), f.lse->view(), dout, m, options);
+    };
+}
+
 // A library backend selected through SdpaOptions::backend, in every dtype; `adjust` changes the options further.
 Implementation library_backend(const std::string& name, const std::string& description, Backend backend,
                                oracle::ErrorModel model,
@@ -48,6 +61,10 @@ Implementation library_backend(const std::string& name, const std::string& descr
     impl.run_double = library_sdpa<double>(options);
     impl.run_float16 = library_sdpa<float16>(options);
     impl.run_bfloat16 = library_sdpa<bfloat16>(options);
+    impl.backward_float = library_backward<float>(options);
+    impl.backward_double = library_backward<double>(options);
+    impl.backward_float16 = library_backward<float16>(options);
+    impl.backward_bfloat16 = library_backward<bfloat16>(options);
     return impl;
 }
 

@@ -19,6 +19,7 @@
 #include "attn/error.hpp"
 #include "attn/suite/property.hpp"
 #include "document.hpp"
+#include "gradients.hpp"
 #include "plots.hpp"
 
 namespace attn::report {
@@ -523,6 +524,30 @@ Section skipped_section(const std::map<std::string, int>& skipped) {
     return s;
 }
 
+Section gradients_section(const std::vector<GradientRow>& rows) {
+    Section s{"Gradients", {}};
+    s.paragraph("The backward pass of every implementation that has one, on the smoke grid's cross-product cases with "
+                "a random dout: dq, dk and dv element by element against the oracle's exact gradients and their "
+                "rigorous bound for the implementation's structure (oracle/BOUNDS.md sections 12, 12b: `tiled` "
+                "recomputes P from the saved lse and D from the saved output). Soft-capped cases are unbounded (the "
+                "gradient bound does not cover a cap yet); 16-bit gradients are checked by `attn_backward_test`, not "
+                "here. Drift is not tracked for gradients yet.");
+    Table t;
+    t.header = {"implementation", "dtype", "cases", "max ULP dq", "max ULP dk", "max ULP dv", "max tightness dq",
+                "max tightness dk", "max tightness dv", "median tightness", "violations", "unbounded elements",
+                "errors", "row with the max tightness"};
+    for (const GradientRow& r : rows) {
+        const double median = r.tightness.empty() ? 0 : r.tightness[r.tightness.size() / 2];
+        t.rows.push_back({r.impl, to_string(r.dtype), std::to_string(r.cases), ulps(r.max_ulp[0]), ulps(r.max_ulp[1]),
+                          ulps(r.max_ulp[2]), tight(r.max_tightness[0]), tight(r.max_tightness[1]),
+                          tight(r.max_tightness[2]), tight(median), std::to_string(r.violations),
+                          std::to_string(r.unbounded), std::to_string(r.errors),
+                          r.worst_config.empty() ? "" : "`" + r.worst_config + "`"});
+    }
+    s.table(std::move(t));
+    return s;
+}
+
 Section reading_section() {
     Section s{"How to read this report", {}};
     s.paragraph("A ULP is the spacing of the dtype's numbers at the exact value; the bound is the oracle's rigorous "
@@ -628,9 +653,11 @@ std::vector<Row> read_baseline(const ReportOptions& options, const std::string& 
 // Step 6: the document, section by section.
 Document make_document(const ReportOptions& options, const ReportRun& run, const Plots& plots,
                        const std::optional<std::vector<suite::MutantRow>>& table, const std::vector<Row>& mutant_rows,
-                       const std::vector<const suite::Implementation*>& mutants) {
+                       const std::vector<const suite::Implementation*>& mutants,
+                       const std::vector<GradientRow>& gradients) {
     Document doc{"attn accuracy report", {}};
     doc.sections.push_back(summary_section(options, run.rows, run.summaries));
+    if (!gradients.empty()) doc.sections.push_back(gradients_section(gradients));
     if (!run.skipped.empty()) doc.sections.push_back(skipped_section(run.skipped));
     doc.sections.push_back(machine_section(run.fingerprint));
     doc.sections.push_back(drift_section(run.drift, record_command(options)));
@@ -670,6 +697,15 @@ int write_log(const ReportOptions& options, const ReportRun& run, const fs::path
         log << line;
     }
     Index failed = 0;
+    for (const ReportRun::GradientSummary& g : run.gradients) {
+        log << "gradients " << g.impl << " " << g.dtype << ": " << g.cases << " cases, max error / bound "
+            << g.max_tightness << ", " << g.violations << " elements above their bound, " << g.errors << " errors\n";
+        if (g.violations > 0 || g.errors > 0) {
+            ++failed;
+            log << "FAILED gradients of " << g.impl << " " << g.dtype << ": "
+                << (g.errors > 0 ? g.first_error : "worst " + g.worst_config) << "\n";
+        }
+    }
     for (const Row& r : run.rows)
         if (r.failed()) {
             ++failed;
@@ -769,6 +805,18 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
         mutant_rows = sweep(small, mutants, options.jobs, "mutants");
     }
 
+    // 4b. The backward pass, on the same small cases (unless --filter narrows the run to other rows).
+    std::vector<GradientRow> gradients;
+    if (options.filter.empty()) {
+        std::vector<Case> small;
+        for (const Case& c : make_grid(GridKind::Smoke))
+            if (c.sweep == "grid") small.push_back(c);
+        gradients = gradient_rows(small, impls);
+        for (const GradientRow& g : gradients)
+            run.gradients.push_back({g.impl, to_string(g.dtype), g.cases, g.violations, g.errors, g.worst_tightness,
+                                     g.worst_config, g.first_error});
+    }
+
     // 5. The property suite's mutant table.
     std::optional<std::vector<suite::MutantRow>> table;
     if (options.mutant_table) {
@@ -781,7 +829,7 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     fs::create_directories(out_dir);
     Plots plots;
     if (options.plots) plots = make_plots(run.rows, out_dir.string());
-    const Document doc = make_document(options, run, plots, table, mutant_rows, mutants);
+    const Document doc = make_document(options, run, plots, table, mutant_rows, mutants, gradients);
 
     // 7. Files. The run's JSON is the latest report; it never silently replaces a baseline: without
     // --update-baseline it goes next to it as accuracy.new.json when --baseline names the output's accuracy.json.

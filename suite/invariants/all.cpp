@@ -3,6 +3,9 @@
 
 namespace attn::suite {
 
+Property gradients_match_oracle_within_bound();
+Property gradient_bits_do_not_depend_on_the_thread_count();
+Property keys_no_query_reads_get_zero_gradients();
 Property rows_sum_to_one();
 Property masked_keys_get_zero_weight();
 Property heads_split_equals_separate_attention();
@@ -40,6 +43,11 @@ Property alibi_equals_the_explicit_bias_it_describes();
 
 const std::vector<Property>& properties() {
     static const std::vector<Property> all = {
+        // First: it applies only to implementations with a backward pass, and the mutant table tries properties in
+        // this order, so a backward mutant (whose forward is correct) meets it before the forward's.
+        gradients_match_oracle_within_bound(),
+        gradient_bits_do_not_depend_on_the_thread_count(),
+        keys_no_query_reads_get_zero_gradients(),
         rows_sum_to_one(),
         masked_keys_get_zero_weight(),
         heads_split_equals_separate_attention(),

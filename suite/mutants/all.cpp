@@ -32,9 +32,10 @@ Implementation bias_before_scale();
 Implementation bias_broadcast_over_queries();
 Implementation alibi_wrong_sign();
 Implementation alibi_top_left();
+std::vector<Implementation> backward_mistakes();
 
 std::vector<Implementation> all() {
-    return {softmax_over_queries(),  mask_after_softmax(),    inverted_mask_polarity(),
+    std::vector<Implementation> list = {softmax_over_queries(),  mask_after_softmax(),    inverted_mask_polarity(),
             d_model_duplicated_per_head(), heads_merged_without_transpose(), empty_rows_ignored(),
             no_scale(),              scale_by_dk(),           causal_mask_transposed(),
             padding_on_query_rows(), finite_mask_sentinel(),  no_max_subtraction(),
@@ -43,6 +44,8 @@ std::vector<Implementation> all() {
             window_left_off_by_one(), window_right_off_by_one(), window_right_side_ignored(),
             window_always_top_left(), softcap_after_mask(), softcap_without_division(), softcap_before_scale(),
             bias_before_scale(), bias_broadcast_over_queries(), alibi_wrong_sign(), alibi_top_left()};
+    for (Implementation& m : backward_mistakes()) list.push_back(std::move(m));
+    return list;
 }
 
 }  // namespace attn::suite::mutant

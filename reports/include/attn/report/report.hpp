@@ -43,6 +43,15 @@ struct ReportRun {
     NumericsFingerprint fingerprint;  // of this run
     Drift drift;
     std::map<std::string, int> skipped;  // rows left out because the implementation does not support them, by reason
+    // The backward pass of every implementation with one: (impl, dtype, cases, gradients over their bound, worst
+    // error / bound); a row with a violation or an error fails --check like a failed forward row.
+    struct GradientSummary {
+        std::string impl, dtype;
+        Index cases = 0, violations = 0, errors = 0;
+        double max_tightness = 0;
+        std::string worst_config, first_error;
+    };
+    std::vector<GradientSummary> gradients;
     int exit_code = 0;  // 0, or 1 under --check when something regressed, violated or failed
 };
 

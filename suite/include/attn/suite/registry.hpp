@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/backward.hpp"
 #include "attn/oracle/oracle.hpp"
 #include "attn/sdpa.hpp"
 #include "attn/suite/config.hpp"
@@ -18,6 +19,14 @@ template <class T>
 using SdpaFunction = std::function<SdpaResult<T>(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                                                  std::optional<TensorView<const bool>> allowed_mask,
                                                  const SdpaOptions& options)>;
+
+// The backward pass of an implementation: its own forward on these inputs, then its gradients of sum(dout * output)
+// (attn/backward.hpp's contracts; dout of the output's shape).
+template <class T>
+using BackwardFunction = std::function<SdpaGradients<T>(TensorView<const T> q, TensorView<const T> k,
+                                                        TensorView<const T> v, TensorView<const T> dout,
+                                                        std::optional<TensorView<const bool>> allowed_mask,
+                                                        const SdpaOptions& options)>;
 
 // A call outside what an implementation declares it supports (an external kernel without bool masks, a dtype it
 // does not take, ...): the runner skips the case and counts it under this reason, which names no sizes so that
@@ -49,6 +58,25 @@ struct Implementation {
     // 16-bit storage (attn/half.hpp); empty where the implementation has no such path (dtype_unsupported says so).
     SdpaFunction<float16> run_float16;
     SdpaFunction<bfloat16> run_bfloat16;
+    // The backward pass (empty where it has none): the gradient properties run only where it is. Its bound is
+    // error_model's (backward_weights_from_lse, backward_d_from_output say which structure).
+    BackwardFunction<float> backward_float;
+    BackwardFunction<double> backward_double;
+    BackwardFunction<float16> backward_float16;
+    BackwardFunction<bfloat16> backward_bfloat16;
+    bool has_backward() const { return bool(backward_float) || bool(backward_double); }
+    template <class T>
+    SdpaGradients<T> backward(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+                              TensorView<const T> dout, std::optional<TensorView<const bool>> allowed_mask,
+                              const SdpaOptions& options) const {
+        const BackwardFunction<T>* f = nullptr;
+        if constexpr (std::is_same_v<T, float>) f = &backward_float;
+        else if constexpr (std::is_same_v<T, double>) f = &backward_double;
+        else if constexpr (std::is_same_v<T, float16>) f = &backward_float16;
+        else f = &backward_bfloat16;
+        if (!f || !*f) throw Unsupported(name + " has no " + to_string(dtype_of<T>()) + " backward pass");
+        return (*f)(q, k, v, dout, allowed_mask, options);
+    }
 
     template <class T>
     const SdpaFunction<T>& function() const {
