@@ -171,7 +171,7 @@ void run(FuzzedDataProvider& in) {
 #if ATTN_FUZZ_HAVE_ORACLE
     // 8. Small finite cases: within the oracle's gradient bound for the backward that ran (Backend::Auto runs the
     // reference one on cases this small).
-    if (reads.all_finite && dout_read_finite && !may_overflow && options.softcap == 0 &&
+    if (reads.all_finite && dout_read_finite && !may_overflow &&
         small_enough_for_oracle(model.batch_count, dims.Tq, dims.Tk, dims.Dk, dims.Dv)) {
         oracle::OracleOptions oo;
         oo.model = options.backend == Backend::Tiled ? oracle::library_tiled_model() : oracle::reference_model();

@@ -298,6 +298,7 @@ void check_within_bound(std::uint64_t seed, bool variants, Backend backend) {
         options.is_causal = seed % 2 == 0;
         options.alignment = CausalAlignment::BottomRight;
         if (seed % 3 == 0) options.window = SlidingWindow{3, 2};
+        if (seed % 2 == 1) options.softcap = seed == 3 ? 0.7 : 5.0;  // near saturation, and mild
     }
     const SdpaResult<T> f = scaled_dot_product_attention(q.view(), k.view(), v.view(), m, options);
     const SdpaGradients<T> g = sdpa_backward(q.view(), k.view(), v.view(), f.output.view(), f.lse->view(), dout.view(), m, options);
@@ -310,7 +311,8 @@ void check_within_bound(std::uint64_t seed, bool variants, Backend backend) {
                         : std::is_same_v<T, float> ? "float"
                         : std::is_same_v<T, float16> ? "float16"
                                                       : "bfloat16";
-    std::cout << "  " << to_string(backend) << " backward, " << dtype << ", seed " << seed << (variants ? " with mask, bias, ALiBi" : "")
+    std::cout << "  " << to_string(backend) << " backward, " << dtype << ", seed " << seed
+              << (variants ? " with mask, bias, ALiBi" : "") << (options.softcap != 0 ? ", soft-cap" : "")
               << ": max error / bound " << t << "\n";
 }
 

@@ -52,7 +52,7 @@ namespace {
 // Row i's weights over the keys (0 where blocked), its logits (after the cap and the bias) and log-sum-exp, and with
 // a cap each allowed key's 1 - tanh^2(s / cap).
 struct RowWeights {
-    std::vector<Mp> p, s, g;
+    std::vector<Mp> p, s, g, t;  // t: tanh(s / cap) with a cap
     Mp lse;
     bool any = false;
 };
@@ -62,6 +62,7 @@ RowWeights row_weights(const ExactHead& h, Index i) {
     w.p.assign(static_cast<std::size_t>(h.Tk), Mp(0));
     w.s.assign(static_cast<std::size_t>(h.Tk), Mp(0));
     w.g.assign(static_cast<std::size_t>(h.Tk), Mp(1));
+    w.t.assign(static_cast<std::size_t>(h.Tk), Mp(0));
     Mp max;
     for (Index j = 0; j < h.Tk; ++j) {
         if (!h.allowed[i * h.Tk + j]) continue;
@@ -71,6 +72,7 @@ RowWeights row_weights(const ExactHead& h, Index i) {
         if (h.cap != 0) {
             const Mp t = tanh(s / h.cap);
             w.g[j] = 1 - t * t;
+            w.t[j] = t;
             s = h.cap * t;
         }
         s += h.bias[i * h.Tk + j];
@@ -233,7 +235,7 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
         }
         if (!bound) continue;
         e_D += gamma(n, bound->u) * D_terms + 2 * static_cast<Wide>(n) * eta;
-        // Section 12b: D_hat = fl(dout_i . out_hat_i), a dot product over Dv of the saved output, |out_hat - O| measured.
+        // Section 12b: D_hat = fl(dout_i . out_hat_i), a dot product over Dv of the saved output, within its bound.
         if (bound->d_from_output)
             e_D = e_D_out + gamma(h.Dv, bound->u) * D_out_terms + 2 * static_cast<Wide>(h.Dv) * eta;
         // Steps 3-5: each dS's bound, and its terms in dq, dk and dv.
@@ -244,8 +246,20 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
             const Wide x = abs(dPs[js] - D).convert_to<Wide>();  // dP from the first pass
             const Wide e_x = e_dP[js] + e_D + u * (x + e_dP[js] + e_D);
             const Wide P = w.p[j].convert_to<Wide>(), eP = e_P[js];
-            const Wide e_dS = eP * x + (P + eP) * e_x + u * (P + eP) * (x + e_x) + bound->eta_mul;
-            const Wide dS = P * x;
+            Wide e_dS = eP * x + (P + eP) * e_x + u * (P + eP) * (x + e_x) + bound->eta_mul;
+            Wide dS = P * x;
+            if (h.cap != 0) {
+                // Section 12, step 4b: dS_hat = fl(fl(p_hat x_hat) g_hat), g_hat = fl(1 - fl(t_hat^2)), t_hat within
+                // e_t of t = tanh(s / cap) (the capped logit's error a over |cap|, and the rounding of t either way).
+                const Wide cap = abs(h.cap).convert_to<Wide>(), t = up(abs(w.t[j]).convert_to<Wide>());
+                const Wide g = up(w.g[j].convert_to<Wide>());
+                const Wide a = bound->logits_bound[i * h.Tk + j];
+                const Wide e_t = a / cap + 2 * u * (t + a / cap);
+                const Wide e_sq = (2 * t + e_t) * e_t;
+                const Wide e_g = e_sq + u * (t + e_t) * (t + e_t) + u * (g + e_sq + u * (t + e_t) * (t + e_t));
+                e_dS = e_dS * (g + e_g) + dS * e_g + u * (dS + e_dS) * (g + e_g) + bound->eta_mul;
+                dS *= g;
+            }
             for (Index d = 0; d < h.Dk; ++d) {
                 const Wide kd = abs(h.k[j * h.Dk + d]).convert_to<Wide>(), qd = abs(h.q[i * h.Dk + d]).convert_to<Wide>();
                 row1[static_cast<std::size_t>(d)] += e_dS * kd;
@@ -390,8 +404,8 @@ Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorV
     } else {
         in.eta_mul = in.eta_add = static_cast<long double>(std::numeric_limits<C>::min());
     }
-    // Not covered (section 12): the soft-cap's derivative, and inputs a model may flush (denormals-are-zero).
-    bool unbounded = p.softcap != 0;
+    // Not covered (section 12): inputs a model may flush (denormals-are-zero).
+    bool unbounded = false;
     std::vector<detail::ExactGradients> grads(static_cast<std::size_t>(p.batch));
     const Mp nan = std::numeric_limits<Mp>::quiet_NaN();
     for (Index b = 0; b < p.batch; ++b) {

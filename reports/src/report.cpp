@@ -529,9 +529,8 @@ Section gradients_section(const std::vector<GradientRow>& rows) {
     s.paragraph("The backward pass of every implementation that has one, on the smoke grid's cross-product cases with "
                 "a random dout: dq, dk and dv element by element against the oracle's exact gradients and their "
                 "rigorous bound for the implementation's structure (oracle/BOUNDS.md sections 12, 12b: `tiled` "
-                "recomputes P from the saved lse and D from the saved output). Soft-capped cases are unbounded (the "
-                "gradient bound does not cover a cap yet); 16-bit gradients are checked by `attn_backward_test`, not "
-                "here. Drift is not tracked for gradients yet.");
+                "recomputes P from the saved lse and D from the saved output). 16-bit gradients are checked by the "
+                "property suite and `attn_backward_test`, not here. Drift is not tracked for gradients yet.");
     Table t;
     t.header = {"implementation", "dtype", "cases", "max ULP dq", "max ULP dk", "max ULP dv", "max tightness dq",
                 "max tightness dk", "max tightness dv", "median tightness", "violations", "unbounded elements",

@@ -11,9 +11,9 @@ Property gradients_match_oracle_within_bound() {
     p.sentence = "For a random dout, the backward pass's dq, dk and dv are within the oracle's rigorous per-element "
                  "bound of the exact gradients of sum(dout * output), for the structure the implementation's model "
                  "declares; grouped K/V heads get the sum over the query heads that read them.";
-    // Plain logits (no cap: the gradient bound does not cover one yet), small shapes (the oracle's gradients cost
-    // Tq Tk (Dk + Dv) 261-bit operations), every mask kind, grouped K/V heads.
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.small = true, .softcap = false}); };
+    // Small shapes (the oracle's gradients cost Tq Tk (Dk + Dv) 261-bit operations), every mask kind, grouped K/V
+    // heads, soft-capped logits, biases and ALiBi.
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.small = true, .bias = true}); };
     p.applies = [](const Implementation& impl) { return impl.has_backward(); };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {

@@ -16,8 +16,8 @@ struct Gradients {
     Tensor<long double> dq_exact_lo, dk_exact_lo, dv_exact_lo;  // exact = exact + exact_lo (Result's reason)
     // Per element, a rigorous bound on |computed - exact| for an implementation of the backward structure `model`
     // declares (oracle/BOUNDS.md section 12; 12b for weights from the lse and D from the output) whose forward part
-    // follows `model`; infinite (claims nothing) with a soft-cap, or
-    // when the model may flush a subnormal input. 0 where the gradient is exactly 0 by the contracts.
+    // follows `model` (a soft-cap's derivative included); infinite (claims nothing) when the model may flush a
+    // subnormal input. 0 where the gradient is exactly 0 by the contracts.
     Tensor<double> dq_bound, dk_bound, dv_bound;
     ErrorModel model;
     int bits = 0;  // working precision
