@@ -6,6 +6,7 @@ namespace attn::suite {
 Property gradients_match_oracle_within_bound();
 Property gradient_bits_do_not_depend_on_the_thread_count();
 Property keys_no_query_reads_get_zero_gradients();
+Property gqa_gradients_are_the_group_sums();
 Property rows_sum_to_one();
 Property masked_keys_get_zero_weight();
 Property heads_split_equals_separate_attention();
@@ -48,6 +49,7 @@ const std::vector<Property>& properties() {
         gradients_match_oracle_within_bound(),
         gradient_bits_do_not_depend_on_the_thread_count(),
         keys_no_query_reads_get_zero_gradients(),
+        gqa_gradients_are_the_group_sums(),
         rows_sum_to_one(),
         masked_keys_get_zero_weight(),
         heads_split_equals_separate_attention(),
