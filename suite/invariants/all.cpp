@@ -7,6 +7,7 @@ Property gradients_match_oracle_within_bound();
 Property gradient_bits_do_not_depend_on_the_thread_count();
 Property keys_no_query_reads_get_zero_gradients();
 Property gqa_gradients_are_the_group_sums();
+Property dq_ignores_keys_the_query_may_not_read();
 Property rows_sum_to_one();
 Property masked_keys_get_zero_weight();
 Property heads_split_equals_separate_attention();
@@ -50,6 +51,7 @@ const std::vector<Property>& properties() {
         gradient_bits_do_not_depend_on_the_thread_count(),
         keys_no_query_reads_get_zero_gradients(),
         gqa_gradients_are_the_group_sums(),
+        dq_ignores_keys_the_query_may_not_read(),
         rows_sum_to_one(),
         masked_keys_get_zero_weight(),
         heads_split_equals_separate_attention(),
