@@ -8,6 +8,8 @@ Property gradient_bits_do_not_depend_on_the_thread_count();
 Property keys_no_query_reads_get_zero_gradients();
 Property gqa_gradients_are_the_group_sums();
 Property dq_ignores_keys_the_query_may_not_read();
+Property gradients_are_linear_in_dout();
+Property dk_sums_to_zero_over_the_keys();
 Property rows_sum_to_one();
 Property masked_keys_get_zero_weight();
 Property heads_split_equals_separate_attention();
@@ -52,6 +54,8 @@ const std::vector<Property>& properties() {
         keys_no_query_reads_get_zero_gradients(),
         gqa_gradients_are_the_group_sums(),
         dq_ignores_keys_the_query_may_not_read(),
+        gradients_are_linear_in_dout(),
+        dk_sums_to_zero_over_the_keys(),
         rows_sum_to_one(),
         masked_keys_get_zero_weight(),
         heads_split_equals_separate_attention(),
