@@ -201,9 +201,28 @@ inline bool is_library_path(const Implementation& impl) {
     return impl.name == "reference" || impl.name == "tiled" || impl.name == "tiled_small_blocks" || impl.name == "mha";
 }
 
+// The case with every K/V head repeated for the H/G query heads that read it (kv_heads = H): the multi-head
+// attention a grouped-query case equals.
+inline SdpaCase with_repeated_kv_heads(const SdpaCase& c) {
+    SdpaCase repeated = c;
+    repeated.kv_heads = c.H;
+    repeated.k = Tensor<double>({c.B, c.H, c.Tk, c.Dk});
+    repeated.v = Tensor<double>({c.B, c.H, c.Tk, c.Dv});
+    const Index group = c.H / c.kv_heads;
+    for (Index b = 0; b < c.B; ++b)
+        for (Index h = 0; h < c.H; ++h) {
+            const Index g = h / group;  // query head h reads K/V head h / (H/G)
+            std::copy_n(c.k.data() + (b * c.kv_heads + g) * c.Tk * c.Dk, c.Tk * c.Dk,
+                        repeated.k.data() + (b * c.H + h) * c.Tk * c.Dk);
+            std::copy_n(c.v.data() + (b * c.kv_heads + g) * c.Tk * c.Dv, c.Tk * c.Dv,
+                        repeated.v.data() + (b * c.H + h) * c.Tk * c.Dv);
+        }
+    return repeated;
+}
+
 // The backward pass of the case by `impl` with `options` (the case's bias and slopes added): a dout of normal values
-// drawn from the case's aux_seed in the output's shape and layout, then impl.backward (Unsupported where it has no
-// backward in T).
+// drawn from the case's aux_seed in the output's shape and layout (or the `dout` given), then impl.backward
+// (Unsupported where it has no backward in T).
 template <class T>
 struct BackwardRun {
     CaseInputs<T> in;
@@ -212,13 +231,18 @@ struct BackwardRun {
     SdpaGradients<T> grads;
 };
 template <class T>
-BackwardRun<T> run_backward(const Implementation& impl, const SdpaCase& c, const SdpaOptions& options) {
+BackwardRun<T> run_backward(const Implementation& impl, const SdpaCase& c, const SdpaOptions& options,
+                            const Tensor<T>* dout = nullptr) {
     BackwardRun<T> r{make_inputs<T>(c), {}, {}, {}};
     r.options = r.in.with_bias(options);
-    Shape out_shape = r.in.q_view.shape();
-    out_shape.back() = c.Dv;
-    Rng rng(c.aux_seed);
-    r.dout = normal_tensor<T>(out_shape, rng);
+    if (dout) {
+        r.dout = Tensor<T>::copy_of(dout->view());
+    } else {
+        Shape out_shape = r.in.q_view.shape();
+        out_shape.back() = c.Dv;
+        Rng rng(c.aux_seed);
+        r.dout = normal_tensor<T>(out_shape, rng);
+    }
     r.grads = impl.backward<T>(r.in.q_view, r.in.k_view, r.in.v_view, r.dout.view(), r.in.allowed_view, r.options);
     return r;
 }
@@ -226,9 +250,9 @@ BackwardRun<T> run_backward(const Implementation& impl, const SdpaCase& c, const
 // saying "overflowed"); any other exception passes through.
 template <class T>
 std::optional<BackwardRun<T>> run_backward_unless_overflow(const Implementation& impl, const SdpaCase& c,
-                                                           const SdpaOptions& options) {
+                                                           const SdpaOptions& options, const Tensor<T>* dout = nullptr) {
     try {
-        return run_backward<T>(impl, c, options);
+        return run_backward<T>(impl, c, options, dout);
     } catch (const ValueError& e) {
         if (std::string(e.what()).find("overflowed") == std::string::npos) throw;
         return std::nullopt;

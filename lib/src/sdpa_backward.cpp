@@ -214,14 +214,11 @@ Tensor<S> sum_over_broadcast(const std::vector<T>& per_batch, const Shape& shape
 template <class S, class T = compute_t<S>>
 class Gradient {
 public:
-    Gradient(const Shape& shape, Index parts) : shape_(shape) {
-        if (std::is_same_v<S, T> && numel(shape) == parts) {
+    Gradient(const Shape& shape, Index parts) : shape_(shape), count_(parts) {
+        if (std::is_same_v<S, T> && numel(shape) == parts)
             direct_ = Tensor<S>::uninitialized(shape);
-            count_ = parts;
-        } else {
+        else
             parts_.resize(static_cast<std::size_t>(parts));
-            count_ = parts;
-        }
     }
     T* parts() { return direct_ ? reinterpret_cast<T*>(direct_->data()) : parts_.data(); }
     std::span<const T> parts() const {

@@ -13,17 +13,7 @@ Property gqa_equals_mha_with_repeated_kv_heads() {
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.force_grouped = true, .bias = true}); };
     p.required = {Regime::GroupedKv};
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
-        SdpaCase repeated = c;
-        repeated.kv_heads = c.H;
-        repeated.k = Tensor<double>({c.B, c.H, c.Tk, c.Dk});
-        repeated.v = Tensor<double>({c.B, c.H, c.Tk, c.Dv});
-        const Index group = c.H / c.kv_heads;
-        for (Index b = 0; b < c.B; ++b)
-            for (Index h = 0; h < c.H; ++h) {
-                const Index g = h / group;  // query head h reads K/V head h / (H/G)
-                std::copy_n(c.k.data() + (b * c.kv_heads + g) * c.Tk * c.Dk, c.Tk * c.Dk, repeated.k.data() + (b * c.H + h) * c.Tk * c.Dk);
-                std::copy_n(c.v.data() + (b * c.kv_heads + g) * c.Tk * c.Dv, c.Tk * c.Dv, repeated.v.data() + (b * c.H + h) * c.Tk * c.Dv);
-            }
+        const SdpaCase repeated = with_repeated_kv_heads(c);
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {
             const Tensor<T> grouped = run_impl<T>(impl, c), full = run_impl<T>(impl, repeated);
             const oracle::Result<T> o = oracle_for<T>(impl, repeated);

@@ -16,16 +16,8 @@ Property gqa_gradients_are_the_group_sums() {
     p.applies = [](const Implementation& impl) { return impl.has_backward(); };
     p.cost = 2;
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
-        SdpaCase repeated = c;
-        repeated.kv_heads = c.H;
-        repeated.k = Tensor<double>({c.B, c.H, c.Tk, c.Dk});
-        repeated.v = Tensor<double>({c.B, c.H, c.Tk, c.Dv});
+        const SdpaCase repeated = with_repeated_kv_heads(c);
         const Index G = c.kv_heads, R = c.H / G;
-        for (Index b = 0; b < c.B; ++b)
-            for (Index h = 0; h < c.H; ++h) {
-                std::copy_n(c.k.data() + (b * G + h / R) * c.Tk * c.Dk, c.Tk * c.Dk, repeated.k.data() + (b * c.H + h) * c.Tk * c.Dk);
-                std::copy_n(c.v.data() + (b * G + h / R) * c.Tk * c.Dv, c.Tk * c.Dv, repeated.v.data() + (b * c.H + h) * c.Tk * c.Dv);
-            }
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {
             // The same dout for both: the repeated case's layout (B, H, Tq, Dv) has the grouped one's memory order.
             const std::optional<BackwardRun<T>> grouped = run_backward_unless_overflow<T>(impl, c, c.options);

@@ -26,16 +26,11 @@ Property gradients_are_linear_in_dout() {
                 oracle::Gradients<T> e;
             };
             const auto part = [&](const Tensor<T>& dout) -> std::optional<Part> {
-                try {
-                    SdpaGradients<T> g = impl.backward<T>(w.in.q_view, w.in.k_view, w.in.v_view, dout.view(),
-                                                          w.in.allowed_view, w.options);
-                    oracle::Gradients<T> e = oracle::sdpa_backward<T>(w.in.q_view, w.in.k_view, w.in.v_view,
-                                                                      dout.view(), w.in.allowed_view, w.options, oo);
-                    return Part{std::move(g), std::move(e)};
-                } catch (const ValueError& e) {
-                    if (std::string(e.what()).find("overflowed") == std::string::npos) throw;
-                    return std::nullopt;
-                }
+                std::optional<BackwardRun<T>> r = run_backward_unless_overflow<T>(impl, c, c.options, &dout);
+                if (!r) return std::nullopt;
+                oracle::Gradients<T> e = oracle::sdpa_backward<T>(w.in.q_view, w.in.k_view, w.in.v_view, dout.view(),
+                                                                  w.in.allowed_view, w.options, oo);
+                return Part{std::move(r->grads), std::move(e)};
             };
             const std::optional<Part> all = part(w.dout), a = part(even), b = part(odd);
             if (!all || !a || !b) return std::nullopt;
