@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include "attn/detail/splitmix64.hpp"
+#include "attn/mha.hpp"
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
 #include "attn/suite/case.hpp"
@@ -194,6 +196,15 @@ bool window_allows(const SlidingWindow& w, Index i, Index j, Index Tq, Index Tk)
 
 // The case with its positional options (is_causal, window) dropped, for properties that fold them into a mask.
 void drop_positional_options(SdpaCase& c);
+
+// MhaConfig::dropout_seed's contract, written out from its documentation (not the library's function): weight f
+// (flat over (B, H, Tq, Tk)) is kept at `step` when the hashed draw is at least p.
+inline bool documented_dropout_keep(const MhaDropout& dropout, std::uint64_t step, Index f) {
+    using detail::splitmix64_mix;
+    const std::uint64_t bits =
+        splitmix64_mix(splitmix64_mix(splitmix64_mix(dropout.seed) ^ step) ^ static_cast<std::uint64_t>(f));
+    return static_cast<double>(bits >> 11) * 0x1.0p-53 >= dropout.p;
+}
 
 // The library's own paths among the implementations (its two backends, the tiled one with small blocks, and the
 // module's head path), for properties of sizes and inputs the test kernels of kernels/ do not implement.

@@ -144,6 +144,14 @@ std::vector<Implementation> build() {
     mha.run_double = run_mha_path<double>;
     mha.run_float16 = run_mha_path<float16>;
     mha.run_bfloat16 = run_mha_path<bfloat16>;
+    const auto head_backward = [](auto q, auto k, auto v, auto dout, Index H, Index G,
+                                  std::optional<TensorView<const bool>> m, const MhaOptions& o, const MhaDropout& d) {
+        return multi_head_sdpa_backward(q, k, v, dout, H, G, m, o, d);
+    };
+    mha.head_backward_float = head_backward;
+    mha.head_backward_double = head_backward;
+    mha.head_backward_float16 = head_backward;
+    mha.head_backward_bfloat16 = head_backward;
     all.push_back(std::move(mha));
     // Correct kernels in arithmetic the library's backends do not use, each under the error model that claims it.
     for (Implementation k : {kernels::fa2_style(), kernels::fa2_lazy(), kernels::flash_decoding()}) {
@@ -153,11 +161,13 @@ std::vector<Implementation> build() {
     }
     for (Implementation& m : mutant::all()) all.push_back(std::move(m));
     for (Implementation& m : mutant::sixteen_bit()) all.push_back(std::move(m));
-    // What has no path in a dtype says so, and runs skip that dtype.
+    // What has no path in a dtype (forward or head-path backward) says so, and runs skip that dtype.
     for (Implementation& i : all)
         for (const Dtype d : all_dtypes()) {
-            const bool has = d == Dtype::Float ? bool(i.run_float) : d == Dtype::Double ? bool(i.run_double)
-                             : d == Dtype::Float16 ? bool(i.run_float16) : bool(i.run_bfloat16);
+            const bool has = d == Dtype::Float     ? bool(i.run_float) || bool(i.head_backward_float)
+                             : d == Dtype::Double  ? bool(i.run_double) || bool(i.head_backward_double)
+                             : d == Dtype::Float16 ? bool(i.run_float16) || bool(i.head_backward_float16)
+                                                   : bool(i.run_bfloat16) || bool(i.head_backward_bfloat16);
             if (!has && !i.dtype_unsupported.count(d))
                 i.dtype_unsupported[d] = std::string(to_string(d)) + " (" + i.name + " has no " + to_string(d) + " path)";
         }

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "attn/backward.hpp"
 #include "attn/detail/problem.hpp"
+#include "attn/detail/splitmix64.hpp"
 
 namespace attn::detail {
 
@@ -45,6 +47,31 @@ template <class S, class T>
 void finish_backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& options, Index b,
                            const std::vector<Index>& keys, const std::vector<T>& dkc, const std::vector<T>& dvc, T* dq,
                            T* dk, T* dv);
+
+// Dropout on the attention weights (MhaConfig::dropout_seed's rule): weight `flat` = (b Tq + i) Tk + j of a flat
+// batch (the head path's b H + h) is kept at draw `step` when unit_uniform(m(m(m(seed) ^ step) ^ flat)) >= p, and
+// then multiplied by dropout_keep_scale<C>(p) = C(1 / (1 - p)), one rounding in the compute type C.
+struct WeightDropout {
+    double p = 0;
+    std::uint64_t seed = 0, step = 0;
+};
+inline bool dropout_keeps(const WeightDropout& d, Index flat) {
+    return unit_uniform(splitmix64_mix(splitmix64_mix(splitmix64_mix(d.seed) ^ d.step) ^ static_cast<std::uint64_t>(flat))) >=
+           d.p;
+}
+template <class C>
+C dropout_keep_scale(double p) {
+    return static_cast<C>(1.0 / (1.0 - p));
+}
+
+// sdpa_backward of the forward whose weights were dropped out by `dropout` (out = (P * keep / (1 - p)) v): the
+// reference backward (whatever options.backend says) with dv = dropped(P)^T dout, dP = dropped(dout v^T), D and dS as
+// without dropout. The head path's training mode (multi_head_sdpa_backward).
+template <class S>
+SdpaGradients<S> sdpa_backward_with_dropout(TensorView<const S> q, TensorView<const S> k, TensorView<const S> v,
+                                            TensorView<const S> out, TensorView<const compute_t<S>> lse,
+                                            TensorView<const S> dout, std::optional<TensorView<const bool>> allowed_mask,
+                                            const SdpaOptions& options, const WeightDropout& dropout);
 
 // Backend::Auto picks `tiled` from this many scores per batch element (Tq * Tk) on, forward and backward (sdpa.cpp
 // says how it was measured).

@@ -16,13 +16,6 @@ namespace {
 
 std::string str(Index n) { return std::to_string(n); }
 
-// Whether dropout keeps attention weight `index` (flat over (B, H, Tq, Tk)) at draw `step`.
-bool dropout_keeps(const MhaDropout& dropout, std::uint64_t step, Index index) {
-    const std::uint64_t h =
-        splitmix64_mix(splitmix64_mix(splitmix64_mix(dropout.seed) ^ step) ^ static_cast<std::uint64_t>(index));
-    return unit_uniform(h) >= dropout.p;
-}
-
 }  // namespace
 
 void check_dropout(const std::string& function, double p) {
@@ -52,42 +45,50 @@ HeadMasks resolve_masks(const std::string& function, const std::string& input_sh
 
 namespace {
 
-// split -> SDPA over (B, H): out (B, H, Tq, Dv) and weights (B, H, Tq, Tk) when asked, both contiguous.
-// Heads are views: h = g*R + r with R = H/G, so q reads as (B, G, R, Tq, Dk) and k as (B, G, 1, Tk, Dk) with a
-// stride-0 R dim: every query head of group g reads kv head g = h / R, and no K/V head is ever copied.
+// split: the heads as SDPA's batch. Heads are views: h = g*R + r with R = H/G, so q reads as (B, G, R, Tq, Dk) and k as
+// (B, G, 1, Tk, Dk) with a stride-0 R dim: every query head of group g reads kv head g = h / R, and no K/V head is
+// ever copied. The SDPA options are the call's; the flat batch index of head (b, h) is b H + h.
 template <class T>
-SdpaResult<T> attend_split_heads(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v, Index H, Index G,
-                                 const HeadMasks& masks, const HeadBias<T>& bias, const MhaOptions& options,
-                                 bool return_weights) {
+struct SplitHeads {
+    TensorView<const T> q, k, v;
+    std::optional<TensorView<const bool>> mask;
+    std::optional<TensorView<const T>> bias, slopes;
+    SdpaOptions sdpa;
+};
+
+template <class T>
+SplitHeads<T> split_heads(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v, Index H, Index G,
+                          const HeadMasks& masks, const HeadBias<T>& bias, const MhaOptions& options) {
     const Index B = q.dim(0), Tq = q.dim(1), Tk = k.dim(1), R = H / G;
     const Index Dk = H > 0 ? q.dim(2) / H : 0, Dv = G > 0 ? v.dim(2) / G : 0;
-    // split: (B, Tq, H*Dk) -> (B, Tq, G, R, Dk) -> transpose -> (B, G, R, Tq, Dk), strides only.
-    const TensorView<const T> q5(q.data(), {B, G, R, Tq, Dk},
-                                 {q.stride(0), R * Dk * q.stride(2), Dk * q.stride(2), q.stride(1), q.stride(2)});
-    // (B, Tk, G*Dk) -> (B, G, 1, Tk, Dk); the size-1 dim broadcasts over the R query heads of the group.
-    const TensorView<const T> k5(k.data(), {B, G, 1, Tk, Dk}, {k.stride(0), Dk * k.stride(2), 0, k.stride(1), k.stride(2)});
-    const TensorView<const T> v5(v.data(), {B, G, 1, Tk, Dv}, {v.stride(0), Dv * v.stride(2), 0, v.stride(1), v.stride(2)});
-    std::optional<TensorView<const bool>> mask5;
+    // (B, Tq, H*Dk) -> (B, Tq, G, R, Dk) -> transpose -> (B, G, R, Tq, Dk), strides only.
+    SplitHeads<T> s{TensorView<const T>(q.data(), {B, G, R, Tq, Dk},
+                                        {q.stride(0), R * Dk * q.stride(2), Dk * q.stride(2), q.stride(1), q.stride(2)}),
+                    // (B, Tk, G*Dk) -> (B, G, 1, Tk, Dk); the size-1 dim broadcasts over the R query heads of the group.
+                    TensorView<const T>(k.data(), {B, G, 1, Tk, Dk},
+                                        {k.stride(0), Dk * k.stride(2), 0, k.stride(1), k.stride(2)}),
+                    TensorView<const T>(v.data(), {B, G, 1, Tk, Dv},
+                                        {v.stride(0), Dv * v.stride(2), 0, v.stride(1), v.stride(2)}),
+                    std::nullopt, std::nullopt, std::nullopt, SdpaOptions{}};
     if (masks.allowed) {
         // allowed (B, H, Tq, Tk) -> (B, G, R, Tq, Tk): head h = g*R + r.
         const TensorView<const bool>& m = *masks.allowed;
-        mask5 = TensorView<const bool>(m.data(), {B, G, R, Tq, Tk},
-                                       {m.stride(0), R * m.stride(1), m.stride(1), m.stride(2), m.stride(3)});
+        s.mask = TensorView<const bool>(m.data(), {B, G, R, Tq, Tk},
+                                        {m.stride(0), R * m.stride(1), m.stride(1), m.stride(2), m.stride(3)});
     }
     // The bias (B, H, Tq, Tk) and the slopes (B, H) viewed the same way, head h = g*R + r.
-    std::optional<TensorView<const T>> bias5, slopes3;
     if (bias.bias) {
         const TensorView<const T>& x = *bias.bias;
-        bias5 = TensorView<const T>(x.data(), {B, G, R, Tq, Tk},
-                                    {x.stride(0), R * x.stride(1), x.stride(1), x.stride(2), x.stride(3)});
+        s.bias = TensorView<const T>(x.data(), {B, G, R, Tq, Tk},
+                                     {x.stride(0), R * x.stride(1), x.stride(1), x.stride(2), x.stride(3)});
     }
     if (bias.slopes) {
-        const TensorView<const T>& s = *bias.slopes;
-        slopes3 = TensorView<const T>(s.data(), {B, G, R}, {s.stride(0), R * s.stride(1), s.stride(1)});
+        const TensorView<const T>& x = *bias.slopes;
+        s.slopes = TensorView<const T>(x.data(), {B, G, R}, {x.stride(0), R * x.stride(1), x.stride(1)});
     }
-    SdpaOptions sdpa;
-    if (bias5) sdpa.bias = *bias5;
-    if (slopes3) sdpa.alibi_slopes = *slopes3;
+    SdpaOptions& sdpa = s.sdpa;
+    if (s.bias) sdpa.bias = *s.bias;
+    if (s.slopes) sdpa.alibi_slopes = *s.slopes;
     sdpa.scale = options.scale;  // default 1/sqrt(Dk), SDPA's
     sdpa.is_causal = options.is_causal;
     sdpa.alignment = options.alignment;
@@ -95,13 +96,22 @@ SdpaResult<T> attend_split_heads(TensorView<const T> q, TensorView<const T> k, T
     sdpa.softcap = options.softcap;
     sdpa.empty_rows = options.empty_rows;
     sdpa.check_finite = options.check_finite;
-    sdpa.return_weights = return_weights;
     sdpa.backend = options.backend;
     sdpa.num_threads = options.num_threads;
     sdpa.tiled_query_block = options.tiled_query_block;
     sdpa.tiled_key_block = options.tiled_key_block;
+    return s;
+}
+
+// split -> SDPA over (B, H): out (B, H, Tq, Dv) and weights (B, H, Tq, Tk) when asked, both contiguous.
+template <class T>
+SdpaResult<T> attend_split_heads(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v, Index H, Index G,
+                                 const HeadMasks& masks, const HeadBias<T>& bias, const MhaOptions& options,
+                                 bool return_weights) {
+    SplitHeads<T> s = split_heads(q, k, v, H, G, masks, bias, options);
+    s.sdpa.return_weights = return_weights;
     // out (B, G, R, Tq, Dv) and weights (B, G, R, Tq, Tk): contiguous, i.e. (B, H, Tq, Dv) and (B, H, Tq, Tk).
-    return scaled_dot_product_attention(q5, k5, v5, mask5, sdpa);
+    return scaled_dot_product_attention(s.q, s.k, s.v, s.mask, s.sdpa);
 }
 
 // merge: out (B, H, Tq, Dv) -> transpose -> (B, Tq, H, Dv) -> context (B, Tq, H*Dv), the concatenation of the heads.
@@ -123,13 +133,14 @@ void dropout_context(const std::string& function, T* weights, TensorView<const T
     // returned), and their product with v is formed in float32 and rounded once.
     using C = compute_t<T>;
     const Index B = v.dim(0), Tk = v.dim(1), R = H / G, Dv = G > 0 ? v.dim(2) / G : 0;
-    const C keep_scale = static_cast<C>(1.0 / (1.0 - dropout.p));
+    const C keep_scale = dropout_keep_scale<C>(dropout.p);
+    const WeightDropout rule{dropout.p, dropout.seed, options.dropout_step};
     detail::parallel_for(B * H, detail::thread_count(options.num_threads), [&](Index bh) {
         const Index b = bh / H, h = bh % H, g = h / R;
         T* w = weights + bh * Tq * Tk;  // (Tq, Tk)
         for (Index f = 0; f < Tq * Tk; ++f)
             w[f] = static_cast<T>(static_cast<C>(w[f]) *
-                                  (dropout_keeps(dropout, options.dropout_step, bh * Tq * Tk + f) ? keep_scale : C(0)));
+                                  (dropout_keeps(rule, bh * Tq * Tk + f) ? keep_scale : C(0)));
         std::vector<Index> keys;
         for (Index j = 0; j < Tk; ++j)
             if (readable.readable(b, h, j)) keys.push_back(j);
@@ -202,6 +213,35 @@ MhaResult<T> attend_heads(const std::string& function, TensorView<const T> q, Te
     return result;
 }
 
+template <class T>
+MhaGradients<T> head_gradients(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+                               TensorView<const T> dout, Index H, Index G, const HeadMasks& masks,
+                               const HeadBias<T>& bias, const MhaOptions& options, const MhaDropout& dropout) {
+    const Index B = q.dim(0), Tq = q.dim(1), Tk = k.dim(1), R = H / G;
+    const Index Dk = q.dim(2) / H, Dv = v.dim(2) / G;
+    SplitHeads<T> s = split_heads(q, k, v, H, G, masks, bias, options);
+    const bool apply_dropout = options.training && dropout.p > 0.0;
+    if (apply_dropout) s.sdpa.backend = Backend::Reference;  // the one backward with dropout (its forward: shapes)
+    s.sdpa.return_lse = true;
+    const SdpaResult<T> forward = scaled_dot_product_attention(s.q, s.k, s.v, s.mask, s.sdpa);
+    s.sdpa.return_lse = false;
+    // dout (B, Tq, H*Dv) viewed as the output of the split heads, (B, G, R, Tq, Dv).
+    const TensorView<const T> dout5(dout.data(), {B, G, R, Tq, Dv},
+                                    {dout.stride(0), R * Dv * dout.stride(2), Dv * dout.stride(2), dout.stride(1),
+                                     dout.stride(2)});
+    const SdpaGradients<T> g =
+        apply_dropout ? sdpa_backward_with_dropout<T>(s.q, s.k, s.v, forward.output.view(), forward.lse->view(), dout5,
+                                                      s.mask, s.sdpa,
+                                                      WeightDropout{dropout.p, dropout.seed, options.dropout_step})
+                      : sdpa_backward(s.q, s.k, s.v, forward.output.view(), forward.lse->view(), dout5, s.mask, s.sdpa);
+    // The gradients of the split views, (B, G, R, Tq, Dk) = (B, H, Tq, Dk) and (B, G, 1, Tk, D), merged back.
+    MhaGradients<T> result{Tensor<T>({B, Tq, H * Dk}), Tensor<T>({B, Tk, G * Dk}), Tensor<T>({B, Tk, G * Dv})};
+    merge_heads(g.dq.data(), B, H, Tq, Dk, result.dq_projected.data());
+    merge_heads(g.dk.data(), B, G, Tk, Dk, result.dk_projected.data());
+    merge_heads(g.dv.data(), B, G, Tk, Dv, result.dv_projected.data());
+    return result;
+}
+
 #define ATTN_INSTANTIATE(T)                                                                                      \
     template MhaResult<T> attend_heads<T>(const std::string&, TensorView<const T>, TensorView<const T>,           \
                                           TensorView<const T>, Index, Index, const HeadMasks&, const HeadBias<T>&, \
@@ -211,13 +251,16 @@ ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
 
 namespace {
 
-template <class T>
-MhaResult<T> multi_head_sdpa_impl(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v, Index H,
-                                  Index G, std::optional<TensorView<const bool>> allowed_mask, const MhaOptions& options,
-                                  const MhaDropout& dropout) {
-    const std::string function = "multi_head_sdpa";
-    const std::string shapes = "q_projected " + to_string(q.shape()) + ", k_projected " + to_string(k.shape()) +
-                               ", v_projected " + to_string(v.shape());
+// multi_head_sdpa's and multi_head_sdpa_backward's validation and contract checks (dout: the backward's, of the
+// context's shape (B, Tq, H*Dv), read where a query reads), then run(masks, bias, readable).
+template <class T, class Run>
+auto validated_head_call(const std::string& function, TensorView<const T> q, TensorView<const T> k,
+                         TensorView<const T> v, std::optional<TensorView<const T>> dout, Index H, Index G,
+                         std::optional<TensorView<const bool>> allowed_mask, const MhaOptions& options,
+                         const MhaDropout& dropout, const Run& run) {
+    std::string shapes = "q_projected " + to_string(q.shape()) + ", k_projected " + to_string(k.shape()) +
+                         ", v_projected " + to_string(v.shape());
+    if (dout) shapes += ", dout " + to_string(dout->shape());
     if (H < 1 || G < 1 || H % G != 0)
         throw ConfigError(function + ": num_heads=" + str(H) + " must be a positive multiple of num_kv_heads=" + str(G));
     if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3)
@@ -238,6 +281,9 @@ MhaResult<T> multi_head_sdpa_impl(TensorView<const T> q, TensorView<const T> k, 
     if (v.dim(2) % G != 0)
         throw ShapeError(function + ": v_projected width " + str(v.dim(2)) + " is not a multiple of num_kv_heads=" + str(G) +
                          " (" + shapes + ")");
+    if (dout && dout->shape() != Shape{B, Tq, H * (v.dim(2) / G)})
+        throw ShapeError(function + ": dout must have the context's shape (B, Tq, num_heads*Dv) = " +
+                         to_string(Shape{B, Tq, H * (v.dim(2) / G)}) + " (" + shapes + ")");
     check_dropout(function, dropout.p);
     check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, " (" + shapes + ")");
     check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, " (" + shapes + ")");
@@ -252,13 +298,37 @@ MhaResult<T> multi_head_sdpa_impl(TensorView<const T> q, TensorView<const T> k, 
         check_head_bias<T>(function, bias, masks, positions, shapes + masks.shapes);
         // Per head: a NaN in a head slice nobody reads must not matter, as in SDPA.
         const auto kv_read = [&](Index b, Index g, Index j) { return readable.kv_head_read(b, g, G, j); };
+        const auto row_read = [&](Index b, Index h, Index i) { return readable.nonempty(b, h, i); };
         const std::string why = read_position_reason(shapes + masks.shapes);
-        check_head_rows(function, "q_projected", q, H, [&](Index b, Index h, Index i) { return readable.nonempty(b, h, i); },
-                        why);
+        check_head_rows(function, "q_projected", q, H, row_read, why);
         check_head_rows(function, "k_projected", k, G, kv_read, why);
         check_head_rows(function, "v_projected", v, G, kv_read, why);
+        if (dout) check_head_rows(function, "dout", *dout, H, row_read, why);
     }
-    return attend_heads<T>(function, q, k, v, H, G, masks, bias, readable, options, dropout);
+    return run(masks, bias, readable);
+}
+
+template <class T>
+MhaResult<T> multi_head_sdpa_impl(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v, Index H,
+                                  Index G, std::optional<TensorView<const bool>> allowed_mask, const MhaOptions& options,
+                                  const MhaDropout& dropout) {
+    const std::string function = "multi_head_sdpa";
+    return validated_head_call<T>(function, q, k, v, std::nullopt, H, G, allowed_mask, options, dropout,
+                                  [&](const HeadMasks& masks, const HeadBias<T>& bias, const HeadReadability& readable) {
+                                      return attend_heads<T>(function, q, k, v, H, G, masks, bias, readable, options,
+                                                             dropout);
+                                  });
+}
+
+template <class T>
+MhaGradients<T> multi_head_sdpa_backward_impl(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+                                              TensorView<const T> dout, Index H, Index G,
+                                              std::optional<TensorView<const bool>> allowed_mask,
+                                              const MhaOptions& options, const MhaDropout& dropout) {
+    return validated_head_call<T>("multi_head_sdpa_backward", q, k, v, dout, H, G, allowed_mask, options, dropout,
+                                  [&](const HeadMasks& masks, const HeadBias<T>& bias, const HeadReadability&) {
+                                      return head_gradients<T>(q, k, v, dout, H, G, masks, bias, options, dropout);
+                                  });
 }
 
 }  // namespace
@@ -292,5 +362,17 @@ MhaResult<bfloat16> multi_head_sdpa(TensorView<const bfloat16> q_projected, Tens
     return detail::multi_head_sdpa_impl<bfloat16>(q_projected, k_projected, v_projected, num_heads, num_kv_heads,
                                                   allowed_mask, options, dropout);
 }
+
+#define ATTN_INSTANTIATE(T)                                                                                        \
+    MhaGradients<T> multi_head_sdpa_backward(TensorView<const T> q_projected, TensorView<const T> k_projected,     \
+                                             TensorView<const T> v_projected, TensorView<const T> dout,           \
+                                             Index num_heads, Index num_kv_heads,                                 \
+                                             std::optional<TensorView<const bool>> allowed_mask,                  \
+                                             const MhaOptions& options, const MhaDropout& dropout) {              \
+        return detail::multi_head_sdpa_backward_impl<T>(q_projected, k_projected, v_projected, dout, num_heads,   \
+                                                        num_kv_heads, allowed_mask, options, dropout);            \
+    }
+ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
+#undef ATTN_INSTANTIATE
 
 }  // namespace attn

@@ -24,10 +24,11 @@ using detail::throw_overflow;
 // type T: the forward's steps 1-3 of sdpa_reference again (gather the readable keys, the logits by gemm, mask, cap,
 // bias and the stable softmax), then dP = dout v^T, D = rowsum(P * dP), dS = P (dP - D) (times the cap's derivative),
 // and three gemms. Only readable keys and rows with an allowed key are gathered, the others are zero, so that what
-// nobody may read never enters a product.
+// nobody may read never enters a product. With dropout (detail::WeightDropout), dP's and dv's weights are the
+// dropped-out ones: fl(x c) where kept (c = 1 / (1 - p) in T), 0 where dropped; D and dS use P itself.
 template <class S, class T = compute_t<S>>
 void backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& options, Index b,
-                    const detail::SavedRows<S>& dout, T* dq, T* dk, T* dv) {
+                    const detail::SavedRows<S>& dout, const detail::WeightDropout* dropout, T* dq, T* dk, T* dv) {
     const Index Tq = p.Tq, Dk = p.Dk, Dv = p.Dv;
     const auto nonempty = [&](Index i) { return r.row_nonempty[static_cast<std::size_t>(i)] != 0; };
     const std::vector<Index> keys = detail::readable_keys(r);
@@ -74,6 +75,18 @@ void backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOpt
         detail::reference_softmax_row(p, options, b, i, keys.data(), n, row, capped ? g.data() + i * n : nullptr);
     }
 
+    // Dropout: keep (Tq, n), the multiplier of each weight (c or 0), and Pd = fl(P keep), the weights dv reads.
+    std::vector<T> keep(dropout ? static_cast<std::size_t>(Tq * n) : 0), Pd(keep.size());
+    if (dropout) {
+        const T c = detail::dropout_keep_scale<T>(dropout->p);
+        for (Index i = 0; i < Tq; ++i)
+            for (Index x = 0; x < n; ++x) {
+                const auto f = static_cast<std::size_t>(i * n + x);
+                keep[f] = detail::dropout_keeps(*dropout, (b * Tq + i) * p.Tk + keys[x]) ? c : T(0);
+                Pd[f] = P[f] * keep[f];
+            }
+    }
+
     // 4. dP (Tq, n) = go (Tq, Dv) @ vc^T; D_i = sum_c P_ic dP_ic; dS = P (dP - D) g, 0 where blocked.
     std::vector<T> dS(static_cast<std::size_t>(Tq * n));
     gemm<T>(false, true, Tq, n, Dv, T(1), go.data(), Dv, 1, vc.data(), Dv, 1, T(0), dS.data(), n, 1);
@@ -90,6 +103,8 @@ void backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOpt
                 if (p.allowed(b, i, keys[c]))
                     for (Index d = 0; d < Dv; ++d) row[c] += go[i * Dv + d] * vc[c * Dv + d];
             }
+        if (dropout)
+            for (Index c = 0; c < n; ++c) row[c] *= keep[static_cast<std::size_t>(i * n + c)];
         T D = 0;
         for (Index c = 0; c < n; ++c) D += prow[c] * row[c];
         for (Index c = 0; c < n; ++c) {
@@ -102,19 +117,20 @@ void backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOpt
         }
     }
 
-    // 5. dq (Tq, Dk) = scale dS @ kc; dkc (n, Dk) = scale dS^T @ qc; dvc (n, Dv) = P^T @ go.
+    // 5. dq (Tq, Dk) = scale dS @ kc; dkc (n, Dk) = scale dS^T @ qc; dvc (n, Dv) = P^T @ go (Pd with dropout).
+    const std::vector<T>& Pv = dropout ? Pd : P;
     std::vector<T> dkc(static_cast<std::size_t>(n * Dk), T(0)), dvc(static_cast<std::size_t>(n * Dv), T(0));
     std::fill_n(dq, Tq * Dk, T(0));
     const T scale = static_cast<T>(p.scale);
     if (!pairwise) {
         gemm<T>(false, false, Tq, Dk, n, scale, dS.data(), n, 1, kc.data(), Dk, 1, T(0), dq, Dk, 1);
         gemm<T>(true, false, n, Dk, Tq, scale, dS.data(), n, 1, qc.data(), Dk, 1, T(0), dkc.data(), Dk, 1);
-        gemm<T>(true, false, n, Dv, Tq, T(1), P.data(), n, 1, go.data(), Dv, 1, T(0), dvc.data(), Dv, 1);
+        gemm<T>(true, false, n, Dv, Tq, T(1), Pv.data(), n, 1, go.data(), Dv, 1, T(0), dvc.data(), Dv, 1);
     } else {
         for (Index i = 0; i < Tq; ++i)
             for (Index c = 0; c < n; ++c) {
                 if (!p.allowed(b, i, keys[c])) continue;
-                const T ds = dS[i * n + c], pc = P[i * n + c];
+                const T ds = dS[i * n + c], pc = Pv[static_cast<std::size_t>(i * n + c)];
                 for (Index d = 0; d < Dk; ++d) dq[i * Dk + d] += ds * kc[c * Dk + d];
                 for (Index d = 0; d < Dk; ++d) dkc[c * Dk + d] += ds * qc[i * Dk + d];
                 for (Index d = 0; d < Dv; ++d) dvc[c * Dv + d] += pc * go[i * Dv + d];
@@ -239,7 +255,8 @@ private:
 template <class S>
 SdpaGradients<S> backward(TensorView<const S> q, TensorView<const S> k, TensorView<const S> v,
                           TensorView<const S> out, TensorView<const compute_t<S>> lse, TensorView<const S> dout,
-                          std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
+                          std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options,
+                          const detail::WeightDropout* dropout) {
     using T = compute_t<S>;
     const std::string function = "sdpa_backward";
     const SdpaProblem<S> p = make_sdpa_problem<S>(function, q, k, v, allowed_mask, options);
@@ -259,8 +276,8 @@ SdpaGradients<S> backward(TensorView<const S> q, TensorView<const S> k, TensorVi
     // Per-batch gradients in the compute type; where an input is not broadcast and is stored in the compute type they
     // are its gradient already, written in place (no sum, no copy).
     Gradient<S> dq(q.shape(), B * Tq * Dk), dk(k.shape(), B * Tk * Dk), dv(v.shape(), B * Tk * Dv);
-    const bool tiled = options.backend == Backend::Tiled ||
-                       (options.backend == Backend::Auto && Tq * p.Tk >= detail::auto_tiled_min_scores);
+    const bool tiled = !dropout && (options.backend == Backend::Tiled ||
+                                    (options.backend == Backend::Auto && Tq * p.Tk >= detail::auto_tiled_min_scores));
     detail::parallel_for(B, detail::thread_count(options), [&](Index b) {
         const Readability& r = readable[static_cast<std::size_t>(b)];
         T* dqb = dq.parts() + b * Tq * Dk;
@@ -269,7 +286,7 @@ SdpaGradients<S> backward(TensorView<const S> q, TensorView<const S> k, TensorVi
         if (tiled && detail::sdpa_backward_tiled_batch<S, T>(p, r, options, b, out_rows, dout_rows, lse_rows, dqb, dkb,
                                                               dvb))
             return;
-        backward_batch<S>(p, r, options, b, dout_rows, dqb, dkb, dvb);
+        backward_batch<S>(p, r, options, b, dout_rows, dropout, dqb, dkb, dvb);
     }, detail::Schedule::Dynamic);
     // Before take(): where the parts are the result, they are gone after it.
     const auto policy_nan = [](const Gradient<S>& g) {
@@ -298,13 +315,26 @@ SdpaGradients<S> backward(TensorView<const S> q, TensorView<const S> k, TensorVi
 
 }  // namespace
 
+template <class S>
+SdpaGradients<S> detail::sdpa_backward_with_dropout(TensorView<const S> q, TensorView<const S> k,
+                                                    TensorView<const S> v, TensorView<const S> out,
+                                                    TensorView<const compute_t<S>> lse, TensorView<const S> dout,
+                                                    std::optional<TensorView<const bool>> allowed_mask,
+                                                    const SdpaOptions& options, const WeightDropout& dropout) {
+    return backward<S>(q, k, v, out, lse, dout, allowed_mask, options, &dropout);
+}
+
 #define ATTN_INSTANTIATE(S)                                                                                        \
     SdpaGradients<S> sdpa_backward(TensorView<const S> q, TensorView<const S> k, TensorView<const S> v,            \
                                    TensorView<const S> out, TensorView<const compute_t<S>> lse,                    \
                                    TensorView<const S> dout, std::optional<TensorView<const bool>> allowed_mask,   \
                                    const SdpaOptions& options) {                                                   \
-        return backward<S>(q, k, v, out, lse, dout, allowed_mask, options);                                        \
-    }
+        return backward<S>(q, k, v, out, lse, dout, allowed_mask, options, nullptr);                               \
+    }                                                                                                              \
+    template SdpaGradients<S> detail::sdpa_backward_with_dropout<S>(                                               \
+        TensorView<const S>, TensorView<const S>, TensorView<const S>, TensorView<const S>,                        \
+        TensorView<const compute_t<S>>, TensorView<const S>, std::optional<TensorView<const bool>>,                \
+        const SdpaOptions&, const detail::WeightDropout&);
 ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
 #undef ATTN_INSTANTIATE
 

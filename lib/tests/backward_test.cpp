@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attn/attn.hpp"
+#include "attn/detail/splitmix64.hpp"
 #include "attn/oracle/backward.hpp"
 #include "attn/oracle/metrics.hpp"
 #include "error_message.hpp"
@@ -359,4 +360,122 @@ TEST_CASE("the tiled backward's bound does not absorb a wrong saved lse or outpu
     Tensor<float> out = Tensor<float>::copy_of(f.output.view());
     for (Index d = 0; d < 4; ++d) out[5 * 4 + d] += 0x1p-12f;
     CHECK_FALSE(passes(sdpa_backward(q.view(), k.view(), v.view(), out.view(), f.lse->view(), dout.view(), std::nullopt, options)));
+}
+
+namespace {
+
+// The head path's backward (multi_head_sdpa_backward) in training mode against the oracle with dropout's weight
+// multipliers (oracle/BOUNDS.md section 12c), built here from MhaConfig::dropout_seed's documented rule.
+template <class T>
+double head_dropout_tightness(std::uint64_t seed, double p) {
+    std::mt19937_64 rng(seed);
+    const Index B = 2, H = 4, G = 2, R = H / G, Tq = 9, Tk = 11, Dk = 5, Dv = 3;
+    const Tensor<T> q = normal<T>({B, Tq, H * Dk}, rng), k = normal<T>({B, Tk, G * Dk}, rng),
+                    v = normal<T>({B, Tk, G * Dv}, rng), dout = normal<T>({B, Tq, H * Dv}, rng);
+    Tensor<bool> mask({B, H, Tq, Tk});
+    for (Index x = 0; x < mask.numel(); ++x) mask[x] = (rng() % 4) != 0;
+    MhaOptions options;
+    options.training = true;
+    options.dropout_step = seed;
+    options.empty_rows = EmptyRowPolicy::Zero;
+    options.softcap = seed % 2 ? 3.0 : 0.0;
+    const MhaDropout dropout{p, seed * 7919};
+    const MhaGradients<T> g =
+        multi_head_sdpa_backward(q.view(), k.view(), v.view(), dout.view(), H, G, mask.view(), options, dropout);
+    Tensor<double> mult({B, G, R, Tq, Tk});
+    const double keep = static_cast<double>(static_cast<compute_t<T>>(1.0 / (1.0 - p)));
+    Index dropped = 0;
+    for (Index f = 0; f < mult.numel(); ++f) {
+        const std::uint64_t bits = detail::splitmix64_mix(detail::splitmix64_mix(detail::splitmix64_mix(dropout.seed) ^
+                                                                                 options.dropout_step) ^
+                                                          static_cast<std::uint64_t>(f));
+        mult[f] = detail::unit_uniform(bits) >= p ? keep : 0.0;
+        dropped += mult[f] == 0.0;
+    }
+    CHECK(dropped > 0);
+    const auto split = [&](const Tensor<T>& x, Index groups, Index per, Index D) {
+        return TensorView<const T>(x.data(), {B, groups, per, x.dim(1), D}, {x.dim(1) * x.dim(2), per * D, D, x.dim(2), 1});
+    };
+    SdpaOptions sdpa;
+    sdpa.softcap = options.softcap;
+    sdpa.empty_rows = options.empty_rows;
+    const TensorView<const bool> mask5(mask.data(), {B, G, R, Tq, Tk}, {H * Tq * Tk, R * Tq * Tk, Tq * Tk, Tk, 1});
+    oracle::OracleOptions oo;
+    oo.model = oracle::reference_model();
+    const oracle::Gradients<T> e = oracle::sdpa_backward<T>(split(q, G, R, Dk), split(k, G, 1, Dk), split(v, G, 1, Dv),
+                                                            split(dout, G, R, Dv), mask5, sdpa, oo, mult.view());
+    const Tensor<T> dq = Tensor<T>::copy_of(split(g.dq_projected, G, R, Dk)),
+                    dk = Tensor<T>::copy_of(split(g.dk_projected, G, 1, Dk)),
+                    dv = Tensor<T>::copy_of(split(g.dv_projected, G, 1, Dv));
+    return std::max({tightness(dq, e, oracle::Gradient::Dq), tightness(dk, e, oracle::Gradient::Dk),
+                     tightness(dv, e, oracle::Gradient::Dv)});
+}
+
+}  // namespace
+
+TEST_CASE("the head path's backward with dropout is within the oracle's bound of the dropped-out forward's gradients "
+          "(oracle/BOUNDS.md section 12c)",
+          "[backward][oracle][mha]") {
+    for (std::uint64_t seed = 1; seed <= 4; ++seed)
+        for (double p : {0.1, 0.3, 0.5}) {
+            INFO("seed " << seed << ", p " << p);
+            std::cout << "  head path backward with dropout p=" << p << ", seed " << seed << ": max error / bound double "
+                      << head_dropout_tightness<double>(seed, p) << ", float " << head_dropout_tightness<float>(seed, p)
+                      << ", float16 " << head_dropout_tightness<float16>(seed, p) << ", bfloat16 "
+                      << head_dropout_tightness<bfloat16>(seed, p) << "\n";
+        }
+}
+
+TEST_CASE("the head path's backward: evaluation mode is sdpa_backward per head, p = 0 drops nothing, bad calls are "
+          "refused by name",
+          "[backward][mha]") {
+    std::mt19937_64 rng(5);
+    const Index B = 2, H = 2, Tq = 6, Tk = 5, Dk = 4, Dv = 3;
+    const Tensor<double> q = normal<double>({B, Tq, H * Dk}, rng), k = normal<double>({B, Tk, H * Dk}, rng),
+                         v = normal<double>({B, Tk, H * Dv}, rng), dout = normal<double>({B, Tq, H * Dv}, rng);
+    MhaOptions options;
+    options.backend = Backend::Reference;
+    const MhaGradients<double> eval = multi_head_sdpa_backward(q.view(), k.view(), v.view(), dout.view(), H, H,
+                                                               std::nullopt, options);
+    MhaOptions training = options;
+    training.training = true;
+    const MhaGradients<double> p0 = multi_head_sdpa_backward(q.view(), k.view(), v.view(), dout.view(), H, H,
+                                                             std::nullopt, training, MhaDropout{0.0, 3});
+    for (Index x = 0; x < eval.dq_projected.numel(); ++x) CHECK(eval.dq_projected[x] == p0.dq_projected[x]);
+    // Head h alone through sdpa_backward: its columns of the projected inputs.
+    for (Index h = 0; h < H; ++h) {
+        const auto head = [&](const Tensor<double>& x, Index D) {
+            return TensorView<const double>(x.data() + h * D, {B, x.dim(1), D}, {x.dim(1) * x.dim(2), x.dim(2), 1});
+        };
+        SdpaOptions sdpa;
+        sdpa.backend = Backend::Reference;
+        sdpa.return_lse = true;
+        const SdpaResult<double> f = scaled_dot_product_attention(head(q, Dk), head(k, Dk), head(v, Dv), std::nullopt, sdpa);
+        const SdpaGradients<double> g = sdpa_backward(head(q, Dk), head(k, Dk), head(v, Dv), f.output.view(),
+                                                      f.lse->view(), head(dout, Dv), std::nullopt, sdpa);
+        for (Index b = 0; b < B; ++b)
+            for (Index i = 0; i < Tq; ++i)
+                for (Index d = 0; d < Dk; ++d)
+                    CHECK(g.dq[(b * Tq + i) * Dk + d] == eval.dq_projected[(b * Tq + i) * H * Dk + h * Dk + d]);
+        for (Index b = 0; b < B; ++b)
+            for (Index j = 0; j < Tk; ++j) {
+                for (Index d = 0; d < Dk; ++d)
+                    CHECK(g.dk[(b * Tk + j) * Dk + d] == eval.dk_projected[(b * Tk + j) * H * Dk + h * Dk + d]);
+                for (Index d = 0; d < Dv; ++d)
+                    CHECK(g.dv[(b * Tk + j) * Dv + d] == eval.dv_projected[(b * Tk + j) * H * Dv + h * Dv + d]);
+            }
+    }
+    const Tensor<double> short_dout = normal<double>({B, Tq, H * Dv - 1}, rng);
+    const std::string m = test::error_message<ShapeError>([&] {
+        multi_head_sdpa_backward(q.view(), k.view(), v.view(), short_dout.view(), H, H, std::nullopt, options);
+    });
+    CHECK_THAT(m, Contains("multi_head_sdpa_backward: dout must have the context's shape (B, Tq, num_heads*Dv) = [2,6,6]"));
+    CHECK_THAT(m, Contains("dout [2,6,5]"));
+    Tensor<double> nan_dout = Tensor<double>::copy_of(dout.view());
+    nan_dout[7] = std::numeric_limits<double>::quiet_NaN();
+    CHECK_THROWS_AS(multi_head_sdpa_backward(q.view(), k.view(), v.view(), nan_dout.view(), H, H, std::nullopt, options),
+                    ValueError);
+    CHECK_THROWS_AS(multi_head_sdpa_backward(q.view(), k.view(), v.view(), dout.view(), H, H, std::nullopt, training,
+                                             MhaDropout{1.0, 3}),
+                    ConfigError);
 }

@@ -98,8 +98,10 @@ std::vector<Mp> exact_output(const ExactHead& h) {
     for (Index i = 0; i < h.Tq; ++i) {
         const RowWeights w = row_weights(h, i);
         for (Index j = 0; j < h.Tk; ++j)
-            if (h.allowed[i * h.Tk + j])
-                for (Index d = 0; d < h.Dv; ++d) out[i * h.Dv + d] += w.p[j] * h.v[j * h.Dv + d];
+            if (h.allowed[i * h.Tk + j]) {
+                const Mp p = h.mult.empty() ? w.p[j] : w.p[j] * h.mult[i * h.Tk + j];
+                for (Index d = 0; d < h.Dv; ++d) out[i * h.Dv + d] += p * h.v[j * h.Dv + d];
+            }
     }
     return out;
 }
@@ -179,12 +181,14 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
     for (Index i = 0; i < h.Tq; ++i) {
         const RowWeights w = row_weights(h, i);
         if (!w.any) continue;
-        Mp D = 0;  // dout_i . O_i, O_i = sum_j p_ij v_j from this row's weights
+        // The multiplier of each weight (section 12c, dropout), 1 without.
+        const auto mult = [&](Index j) { return h.mult.empty() ? Mp(1) : h.mult[i * h.Tk + j]; };
+        Mp D = 0;  // dout_i . O_i, O_i = sum_j mult_ij p_ij v_j from this row's weights
         Wide e_D_out = 0, D_out_terms = 0;  // section 12b, D from the saved output: sum |dO| e_O, sum |dO| (|O| + e_O)
         for (Index d = 0; d < h.Dv; ++d) {
             Mp o = 0;
             for (Index j = 0; j < h.Tk; ++j)
-                if (h.allowed[i * h.Tk + j]) o += w.p[j] * h.v[j * h.Dv + d];
+                if (h.allowed[i * h.Tk + j]) o += mult(j) * w.p[j] * h.v[j * h.Dv + d];
             D += h.dout[i * h.Dv + d] * o;
             if (bound && bound->d_from_output) {
                 const Wide g_abs = abs(h.dout[i * h.Dv + d]).convert_to<Wide>();
@@ -209,18 +213,21 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
         std::vector<Mp> dPs(static_cast<std::size_t>(h.Tk));  // dP_ij of the allowed keys
         std::vector<Wide> e_P(bound ? static_cast<std::size_t>(h.Tk) : 0);
         std::vector<Wide> e_dP(bound ? static_cast<std::size_t>(h.Tk) : 0);
+        std::vector<Wide> e_Pv(bound && !h.mult.empty() ? static_cast<std::size_t>(h.Tk) : 0);  // dv's weights
         Wide e_D = 0, D_terms = 0;
         for (Index j = 0; j < h.Tk; ++j) {
             if (!h.allowed[i * h.Tk + j]) continue;
+            const Mp m = mult(j);
             Mp& dP = dPs[static_cast<std::size_t>(j)];
             dP = 0;
             for (Index d = 0; d < h.Dv; ++d) dP += h.dout[i * h.Dv + d] * h.v[j * h.Dv + d];
+            dP *= m;
             const Mp ds = w.p[j] * (dP - D) * w.g[j] * h.scale;  // the scale of both dq and dk
             for (Index d = 0; d < h.Dk; ++d) {
                 g.dq[i * h.Dk + d] += ds * h.k[j * h.Dk + d];
                 g.dk[j * h.Dk + d] += ds * h.q[i * h.Dk + d];
             }
-            for (Index d = 0; d < h.Dv; ++d) g.dv[j * h.Dv + d] += w.p[j] * h.dout[i * h.Dv + d];
+            for (Index d = 0; d < h.Dv; ++d) g.dv[j * h.Dv + d] += m * w.p[j] * h.dout[i * h.Dv + d];
             if (!bound) continue;
             ++n;
             Wide A = 0;
@@ -229,6 +236,14 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
             const auto js = static_cast<std::size_t>(j);
             e_dP[js] = gamma(h.Dv, bound->u) * A + 2 * static_cast<Wide>(h.Dv) * eta;
             const Wide dP_abs = abs(dP).convert_to<Wide>();
+            if (!h.mult.empty()) {
+                // Section 12c: dP_hat = fl(fl(dout . v) m) and dv's weight fl(p_hat m), one rounding each.
+                const Wide M = up(abs(m).convert_to<Wide>()), P = w.p[j].convert_to<Wide>();
+                const Wide eP = weight_error(j), dP1 = M != 0 ? dP_abs / M : 0;
+                e_dP[js] = M * e_dP[js] + u * M * (dP1 + e_dP[js]) + bound->eta_mul;
+                e_Pv[js] = M * eP + u * M * (P + eP) + bound->eta_mul;
+                if (M == 0) e_dP[js] = e_Pv[js] = 0;  // dropped: exactly 0
+            }
             const Wide P = w.p[j].convert_to<Wide>(), eP = e_P[js] = weight_error(j);
             e_D += eP * dP_abs + P * e_dP[js] + eP * e_dP[js];
             D_terms += (P + eP) * (dP_abs + e_dP[js]);
@@ -246,6 +261,8 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
             const Wide x = abs(dPs[js] - D).convert_to<Wide>();  // dP from the first pass
             const Wide e_x = e_dP[js] + e_D + u * (x + e_dP[js] + e_D);
             const Wide P = w.p[j].convert_to<Wide>(), eP = e_P[js];
+            const Wide Pv = h.mult.empty() ? P : up((mult(j) * w.p[j]).convert_to<Wide>());  // dv's weight
+            const Wide ePv = h.mult.empty() ? eP : e_Pv[js];
             Wide e_dS = eP * x + (P + eP) * e_x + u * (P + eP) * (x + e_x) + bound->eta_mul;
             Wide dS = P * x;
             if (h.cap != 0) {
@@ -269,8 +286,8 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
             }
             for (Index d = 0; d < h.Dv; ++d) {
                 const Wide o = abs(h.dout[i * h.Dv + d]).convert_to<Wide>();
-                dv1[static_cast<std::size_t>(j * h.Dv + d)] += eP * o;
-                dv2[static_cast<std::size_t>(j * h.Dv + d)] += (P + eP) * o;
+                dv1[static_cast<std::size_t>(j * h.Dv + d)] += ePv * o;
+                dv2[static_cast<std::size_t>(j * h.Dv + d)] += (Pv + ePv) * o;
             }
             ++key_rows[js];
         }
@@ -374,7 +391,8 @@ void sum_and_round(const std::vector<detail::ExactGradients>& per_batch, std::ve
 template <class T>
 Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                            TensorView<const T> dout, std::optional<TensorView<const bool>> allowed_mask,
-                           const SdpaOptions& options, const OracleOptions& oracle_options) {
+                           const SdpaOptions& options, const OracleOptions& oracle_options,
+                           std::optional<TensorView<const double>> weight_multipliers) {
     using C = compute_t<T>;
     const std::string function = "oracle.sdpa_backward";
     const SdpaProblem<T> p = make_sdpa_problem<T>(function, q, k, v, allowed_mask, options);
@@ -404,13 +422,39 @@ Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorV
     } else {
         in.eta_mul = in.eta_add = static_cast<long double>(std::numeric_limits<C>::min());
     }
+    // Section 12c: the multipliers broadcast to the scores (batch..., Tq, Tk), for the reference structure only.
+    std::optional<TensorView<const double>> mult;
+    std::vector<Index> mult_offsets;
+    if (weight_multipliers) {
+        if (model.backward_weights_from_lse || model.backward_d_from_output)
+            throw ConfigError(function + ": weight_multipliers are bounded for a backward that keeps its weights and "
+                                         "forms D from them (the reference structure), not for model " + model.name);
+        Shape scores = p.batch_shape;
+        scores.push_back(p.Tq);
+        scores.push_back(p.Tk);
+        mult = weight_multipliers->broadcast_to(scores, function, "weight_multipliers");
+        mult_offsets = attn::detail::batch_offsets(*mult, static_cast<Index>(p.batch_shape.size()), p.batch_shape);
+    }
     // Not covered (section 12): inputs a model may flush (denormals-are-zero).
     bool unbounded = false;
     std::vector<detail::ExactGradients> grads(static_cast<std::size_t>(p.batch));
     const Mp nan = std::numeric_limits<Mp>::quiet_NaN();
     for (Index b = 0; b < p.batch; ++b) {
         const Readability& r = readable[static_cast<std::size_t>(b)];
-        const detail::ExactHead h = detail::exact_head(p, r, b, dout_rows);
+        detail::ExactHead h = detail::exact_head(p, r, b, dout_rows);
+        if (mult) {
+            h.mult.assign(static_cast<std::size_t>(p.Tq * p.Tk), Mp(0));
+            const double* base = mult->data() + mult_offsets[static_cast<std::size_t>(b)];
+            for (Index i = 0; i < p.Tq; ++i)
+                for (Index j = 0; j < p.Tk; ++j) {
+                    const double m = base[i * mult->stride(-2) + j * mult->stride(-1)];
+                    if (!std::isfinite(m))
+                        throw ValueError(function + ": weight_multipliers must be finite, got " + std::to_string(m) +
+                                         " at batch index " + std::to_string(b) + ", query " + std::to_string(i) +
+                                         ", key " + std::to_string(j));
+                    h.mult[static_cast<std::size_t>(i * p.Tk + j)] = Mp(m);
+                }
+        }
         if (model.inputs_flushed)
             for (const auto* x : {&h.q, &h.k, &h.v, &h.dout})
                 for (const Mp& y : *x)
@@ -444,7 +488,8 @@ Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorV
 #define ATTN_INSTANTIATE(T)                                                                                        \
     template Gradients<T> sdpa_backward<T>(TensorView<const T>, TensorView<const T>, TensorView<const T>,          \
                                            TensorView<const T>, std::optional<TensorView<const bool>>,              \
-                                           const SdpaOptions&, const OracleOptions&);
+                                           const SdpaOptions&, const OracleOptions&,                                \
+                                           std::optional<TensorView<const double>>);
 ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
 #undef ATTN_INSTANTIATE
 

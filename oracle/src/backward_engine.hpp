@@ -18,13 +18,16 @@ struct ExactHead {
     std::vector<Mp> q, k, v, dout, bias;
     std::vector<char> allowed;
     Mp scale, cap;
+    // Multipliers of the weights (Tq, Tk), e.g. dropout's 0 or 1/(1-p): the output is sum_j mult_ij P_ij v_j.
+    // Empty: all 1.
+    std::vector<Mp> mult;
 };
 
 // Batch element b of a checked problem, dout's rows from `dout` (rows of queries with no allowed key are 0).
 template <class T>
 ExactHead exact_head(const SdpaProblem<T>& p, const Readability& r, Index b, const attn::detail::SavedRows<T>& dout);
 
-// The exact output (Tq, Dv); a row with no allowed key is 0.
+// The exact output (Tq, Dv), with the multipliers; a row with no allowed key is 0.
 std::vector<Mp> exact_output(const ExactHead& h);
 
 // What the gradient bound (oracle/BOUNDS.md section 12) needs beyond the exact values: the forward's rigorous bound

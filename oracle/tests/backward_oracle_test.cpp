@@ -23,6 +23,7 @@ struct Case {
     Index Tq, Tk;
     SdpaOptions options;
     bool mask = false, bias = false, alibi = false;
+    bool dropout = false;  // weight multipliers 0 or 1/(1-p) (section 12c), p = 0.3
 };
 
 std::vector<Case> cases() {
@@ -42,6 +43,11 @@ std::vector<Case> cases() {
     capped.options.window = SlidingWindow{2, 1};
     capped.bias = true;
     all.push_back(capped);
+    Case dropped{"dropout multipliers (0 or 1/0.7) with a mask and a cap", 6, 7, {}};
+    dropped.mask = dropped.dropout = true;
+    dropped.options.softcap = 2.0;
+    dropped.options.empty_rows = EmptyRowPolicy::Zero;
+    all.push_back(dropped);
     return all;
 }
 
@@ -76,7 +82,11 @@ TEST_CASE("central differences of the exact forward agree with the exact gradien
         const SdpaProblem<double> p = make_sdpa_problem<double>("test", q.view(), k.view(), v.view(), m, options);
         const std::vector<Readability> r = check_contracts(p, options);
         const detail::SavedRows<double> rows("test", "dout", dout.view(), p.output_shape(), p.batch_shape, "");
-        const ExactHead h = oracle::detail::exact_head(p, r[0], 0, rows);
+        ExactHead h = oracle::detail::exact_head(p, r[0], 0, rows);
+        if (c.dropout) {
+            h.mult.assign(static_cast<std::size_t>(c.Tq * c.Tk), Mp(0));
+            for (Mp& x : h.mult) x = rng() % 10 < 3 ? Mp(0) : Mp(1.0 / 0.7);
+        }
         const oracle::detail::ExactGradients g = oracle::detail::exact_gradients(h);
 
         // Central differences with step 2^-40: their truncation error is h^2 / 6 |L'''| < 2^-82 |L'''|, and L''' of
@@ -105,6 +115,7 @@ TEST_CASE("central differences of the exact forward agree with the exact gradien
         CHECK(largest > 1e-3);
 
         // The forward the differences ran on is the SDPA oracle's: the same output, correctly rounded.
+        if (c.dropout) continue;  // the SDPA oracle has no multipliers
         const oracle::Result<double> fwd = oracle::scaled_dot_product_attention<double>(q.view(), k.view(), v.view(), m, options);
         const std::vector<Mp> out = oracle::detail::exact_output(h);
         for (Index i = 0; i < c.Tq; ++i) {

@@ -31,6 +31,7 @@ Property thread_count_does_not_change_bits();
 Property backends_agree_within_bounds();
 Property module_matches_oracle_within_bound();
 Property dropout_zeroes_or_rescales_each_weight_exactly();
+Property dropout_gradients_match_oracle_within_bound();
 Property module_bad_calls_are_refused_with_an_error_naming_them();
 Property key_padding_mask_allows_exactly_the_tokens_that_are_not_pad();
 Property degenerate_sizes_give_their_limits();
@@ -50,6 +51,7 @@ const std::vector<Property>& properties() {
         // First: it applies only to implementations with a backward pass, and the mutant table tries properties in
         // this order, so a backward mutant (whose forward is correct) meets it before the forward's.
         gradients_match_oracle_within_bound(),
+        dropout_gradients_match_oracle_within_bound(),
         gradient_bits_do_not_depend_on_the_thread_count(),
         keys_no_query_reads_get_zero_gradients(),
         gqa_gradients_are_the_group_sums(),

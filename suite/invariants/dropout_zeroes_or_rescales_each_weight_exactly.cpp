@@ -9,7 +9,6 @@
 // The SDPA mutants have no dropout (dropout_without_rescale models one in SDPA form, killed by rows_sum_to_one), so
 // none is killed here: this property guards the module's training-mode contract, which no SDPA property reaches.
 #include "../checks.hpp"
-#include "attn/detail/splitmix64.hpp"
 #include "attn/mha.hpp"
 
 namespace attn::suite {
@@ -17,14 +16,6 @@ namespace attn::suite {
 namespace {
 
 bool equal_or_both_nan(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
-
-// MhaConfig::dropout_seed's contract, written out from its documentation: weight f (flat over (B, H, Tq, Tk)) is kept
-// at `step` when the hashed draw is at least p.
-bool documented_keep(const MhaDropout& dropout, std::uint64_t step, Index f) {
-    using detail::splitmix64_mix;
-    const std::uint64_t bits = splitmix64_mix(splitmix64_mix(splitmix64_mix(dropout.seed) ^ step) ^ static_cast<std::uint64_t>(f));
-    return static_cast<double>(bits >> 11) * 0x1.0p-53 >= dropout.p;
-}
 
 template <class T>
 Verdict dropout_check(const SdpaCase& c) {
@@ -69,7 +60,7 @@ Verdict dropout_check(const SdpaCase& c) {
             return what + ": training weight " + num(t) + " at flat index " + std::to_string(f) +
                    " is neither 0 nor the evaluation weight " + num(e) + " times 1/(1-p) = " + num(kept(e));
         // Where the evaluation weight is a non-zero number, the training weight tells whether it was kept.
-        if (e != T(0) && std::isfinite(e) && (t != T(0)) != documented_keep(dropout, step, f))
+        if (e != T(0) && std::isfinite(e) && (t != T(0)) != documented_dropout_keep(dropout, step, f))
             return what + ": weight at flat index " + std::to_string(f) + " was " + (t != T(0) ? "kept" : "dropped") +
                    ", but the documented mask (MhaConfig::dropout_seed) " + (t != T(0) ? "drops" : "keeps") + " it";
         if (!same_bits(t, (*again.weights)[f]))

@@ -154,6 +154,26 @@ Implementation backward_mutant(const std::string& name, const std::string& descr
     return impl;
 }
 
+// The MHA head path's backward that does not drop again the weights its forward dropped: the library's
+// multi_head_sdpa_backward run in evaluation mode whatever the call says, so dv and dP use every weight.
+Implementation dropout_not_reapplied() {
+    Implementation impl;
+    impl.name = "backward_dropout_not_reapplied";
+    impl.description = "the head path's backward ignores the dropout mask its forward applied (evaluation-mode gradients)";
+    impl.is_mutant = true;
+    impl.error_model = oracle::reference_model();
+    const auto head_backward = [](auto q, auto k, auto v, auto dout, Index H, Index G,
+                                  std::optional<TensorView<const bool>> m, MhaOptions o, const MhaDropout& d) {
+        o.training = false;
+        return multi_head_sdpa_backward(q, k, v, dout, H, G, m, o, d);
+    };
+    impl.head_backward_float = head_backward;
+    impl.head_backward_double = head_backward;
+    impl.head_backward_float16 = head_backward;
+    impl.head_backward_bfloat16 = head_backward;
+    return impl;
+}
+
 }  // namespace
 
 std::vector<Implementation> backward_mistakes() {
@@ -177,6 +197,7 @@ std::vector<Implementation> backward_mistakes() {
                         Mistake::LseOfWrongRow),
         backward_mutant("backward_dk_dv_swapped", "the backward returns dk and dv in each other's place",
                         Mistake::DkDvSwapped),
+        dropout_not_reapplied(),
     };
 }
 

@@ -217,4 +217,47 @@ MhaResult<bfloat16> multi_head_sdpa(TensorView<const bfloat16> q_projected, Tens
                                     std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
                                     const MhaOptions& options = {}, const MhaDropout& dropout = {});
 
+// The gradients of the head path (multi_head_sdpa): of q_projected, k_projected and v_projected, in their shapes.
+template <class T>
+struct MhaGradients {
+    Tensor<T> dq_projected;  // (B, Tq, H*Dk)
+    Tensor<T> dk_projected;  // (B, Tk, G*Dk): a kv head's gradient is the sum over the H/G query heads that read it
+    Tensor<T> dv_projected;  // (B, Tk, G*Dv)
+};
+
+// The backward pass of multi_head_sdpa: the gradients of L = sum(dout * context), context = multi_head_sdpa(the same
+// inputs, masks, options and dropout), dout (B, Tq, H*Dv) of any strides. It recomputes the forward (its output and
+// lse) and runs sdpa_backward (attn/backward.hpp: its formulas and contracts, per head) on the split heads, so the
+// backend, thread count and tiled blocks are options' as in the forward; errors name "multi_head_sdpa_backward".
+// Training mode with dropout.p > 0: the weights the forward dropped are dropped again, from the same seed and
+// options.dropout_step (MhaConfig::dropout_seed's rule), so the gradients are those of the dropped-out forward:
+// dv = dropped(P)^T dout and dP = dropped(dout v^T), dropped(x) = x times 1/(1-p) (rounded to the compute type) where
+// kept and 0 where dropped,
+// D_i = sum_j P_ij dP_ij = dout_i . context_i, dS = P (dP - D). That backward is the reference one (P materialised
+// per head, whatever options.backend says).
+MhaGradients<float> multi_head_sdpa_backward(TensorView<const float> q_projected, TensorView<const float> k_projected,
+                                             TensorView<const float> v_projected, TensorView<const float> dout,
+                                             Index num_heads, Index num_kv_heads,
+                                             std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                             const MhaOptions& options = {}, const MhaDropout& dropout = {});
+MhaGradients<double> multi_head_sdpa_backward(TensorView<const double> q_projected,
+                                              TensorView<const double> k_projected,
+                                              TensorView<const double> v_projected, TensorView<const double> dout,
+                                              Index num_heads, Index num_kv_heads,
+                                              std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                              const MhaOptions& options = {}, const MhaDropout& dropout = {});
+// 16-bit storage: sdpa_backward's (float32 inside, rounded once).
+MhaGradients<float16> multi_head_sdpa_backward(TensorView<const float16> q_projected,
+                                               TensorView<const float16> k_projected,
+                                               TensorView<const float16> v_projected, TensorView<const float16> dout,
+                                               Index num_heads, Index num_kv_heads,
+                                               std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                               const MhaOptions& options = {}, const MhaDropout& dropout = {});
+MhaGradients<bfloat16> multi_head_sdpa_backward(TensorView<const bfloat16> q_projected,
+                                                TensorView<const bfloat16> k_projected,
+                                                TensorView<const bfloat16> v_projected,
+                                                TensorView<const bfloat16> dout, Index num_heads, Index num_kv_heads,
+                                                std::optional<TensorView<const bool>> allowed_mask = std::nullopt,
+                                                const MhaOptions& options = {}, const MhaDropout& dropout = {});
+
 }  // namespace attn

@@ -37,9 +37,15 @@ struct Gradients {
 // reference_model() for attn::sdpa_backward's reference backend, library_tiled_model(key_block) for its tiled one,
 // whose weights come from the forward's saved lse and D from its saved output (section 12b: both bounded as a forward
 // of the model computes them, so a backward handed a wrong lse or output fails); its bits are ignored (always 261).
+// weight_multipliers (broadcastable to (batch..., Tq, Tk), finite): the output is then sum_j m_ij P_ij v_j, the
+// forward whose weights dropout multiplied by 0 or 1/(1-p) (attn::multi_head_sdpa in training mode), and these are
+// its gradients (dP_ij = m_ij dout_i . v_j, dv = (m P)^T dout, D and dS from P); the bound (section 12c) is for the
+// reference structure with dP and dv's weights each multiplied once in the compute type (ConfigError for a model
+// whose weights come from the lse or D from the output).
 template <class T>
 Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                            TensorView<const T> dout, std::optional<TensorView<const bool>> allowed_mask,
-                           const SdpaOptions& options, const OracleOptions& oracle_options = {});
+                           const SdpaOptions& options, const OracleOptions& oracle_options = {},
+                           std::optional<TensorView<const double>> weight_multipliers = std::nullopt);
 
 }  // namespace attn::oracle

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attn/backward.hpp"
+#include "attn/mha.hpp"
 #include "attn/oracle/oracle.hpp"
 #include "attn/sdpa.hpp"
 #include "attn/suite/config.hpp"
@@ -27,6 +28,14 @@ using BackwardFunction = std::function<SdpaGradients<T>(TensorView<const T> q, T
                                                         TensorView<const T> v, TensorView<const T> dout,
                                                         std::optional<TensorView<const bool>> allowed_mask,
                                                         const SdpaOptions& options)>;
+
+// The MHA head path's backward, attn::multi_head_sdpa_backward's signature (training mode drops weights again):
+// q_projected (B, Tq, H*Dk), k_projected (B, Tk, G*Dk), v_projected (B, Tk, G*Dv), dout (B, Tq, H*Dv).
+template <class T>
+using HeadBackwardFunction = std::function<MhaGradients<T>(
+    TensorView<const T> q_projected, TensorView<const T> k_projected, TensorView<const T> v_projected,
+    TensorView<const T> dout, Index num_heads, Index num_kv_heads, std::optional<TensorView<const bool>> allowed_mask,
+    const MhaOptions& options, const MhaDropout& dropout)>;
 
 // A call outside what an implementation declares it supports (an external kernel without bool masks, a dtype it
 // does not take, ...): the runner skips the case and counts it under this reason, which names no sizes so that
@@ -76,6 +85,26 @@ struct Implementation {
         else f = &backward_bfloat16;
         if (!f || !*f) throw Unsupported(name + " has no " + to_string(dtype_of<T>()) + " backward pass");
         return (*f)(q, k, v, dout, allowed_mask, options);
+    }
+
+    // The head path's backward (empty where it has none): the dropout gradient property runs only where it is.
+    HeadBackwardFunction<float> head_backward_float;
+    HeadBackwardFunction<double> head_backward_double;
+    HeadBackwardFunction<float16> head_backward_float16;
+    HeadBackwardFunction<bfloat16> head_backward_bfloat16;
+    bool has_head_backward() const { return bool(head_backward_float) || bool(head_backward_double); }
+    template <class T>
+    MhaGradients<T> head_backward(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
+                                  TensorView<const T> dout, Index H, Index G,
+                                  std::optional<TensorView<const bool>> allowed_mask, const MhaOptions& options,
+                                  const MhaDropout& dropout) const {
+        const HeadBackwardFunction<T>* f = nullptr;
+        if constexpr (std::is_same_v<T, float>) f = &head_backward_float;
+        else if constexpr (std::is_same_v<T, double>) f = &head_backward_double;
+        else if constexpr (std::is_same_v<T, float16>) f = &head_backward_float16;
+        else f = &head_backward_bfloat16;
+        if (!*f) throw Unsupported(name + " has no " + to_string(dtype_of<T>()) + " head-path backward");
+        return (*f)(q, k, v, dout, H, G, allowed_mask, options, dropout);
     }
 
     template <class T>
