@@ -33,9 +33,9 @@ double ulp_at(double x) {
     return static_cast<double>(std::nextafter(a, std::numeric_limits<T>::infinity())) - static_cast<double>(a);
 }
 
-template <class T>
-void fill_metrics(Row& row, const Tensor<T>& output, const oracle::Result<T>& exact) {
-    const oracle::Comparison cmp = oracle::compare_output<T>(output.view(), exact);
+}  // namespace
+
+void fill_comparison(Row& row, const oracle::Comparison& cmp, Dtype dtype) {
     row.elements = cmp.elements;
     row.max_ulp = cmp.max_ulp;
     row.max_abs = cmp.max_abs;
@@ -48,7 +48,29 @@ void fill_metrics(Row& row, const Tensor<T>& output, const oracle::Result<T>& ex
     row.worst_computed = cmp.worst_computed;
     row.worst_exact = cmp.worst_exact;
     row.worst_bound = cmp.worst_bound;
-    row.tightness_per_ulp = cmp.worst_bound > 0 ? ulp_at<T>(cmp.worst_exact) / cmp.worst_bound : 0;
+    const double ulp = dtype == Dtype::Float     ? ulp_at<float>(cmp.worst_exact)
+                       : dtype == Dtype::Double  ? ulp_at<double>(cmp.worst_exact)
+                       : dtype == Dtype::Float16 ? ulp_at<float16>(cmp.worst_exact)
+                                                 : ulp_at<bfloat16>(cmp.worst_exact);
+    row.tightness_per_ulp = cmp.worst_bound > 0 ? ulp / cmp.worst_bound : 0;
+}
+
+namespace {
+
+const char* const gradient_prefixes[] = {"dq ", "dk ", "dv "};
+
+}  // namespace
+
+std::string gradient_row_config(const std::string& gradient, const std::string& config) {
+    return gradient + " " + config;
+}
+
+namespace {
+
+template <class T>
+void fill_metrics(Row& row, const Tensor<T>& output, const oracle::Result<T>& exact) {
+    const oracle::Comparison cmp = oracle::compare_output<T>(output.view(), exact);
+    fill_comparison(row, cmp, suite::dtype_of<T>());
 
     // The distribution over elements (the Comparison keeps only maxima): ulps for the p99, error / bound for
     // the median. Zero error over a zero bound is a tightness of 0, as in the Comparison.
@@ -287,6 +309,38 @@ Row row_from_json(const nlohmann::json& j) {
         return row;
     } catch (const nlohmann::json::exception& e) {
         throw IoError(std::string("report: accuracy.json: malformed row: ") + e.what());
+    }
+}
+
+nlohmann::json to_drift_json(const Row& row) {
+    nlohmann::json j = {{"config", row.config}, {"sweep", row.grid_case.sweep}};
+    j["error"] = row.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.error);
+    j["max_ulp"] = number(row.max_ulp);
+    j["max_tightness"] = number(row.max_tightness);
+    j["violations"] = row.violations;
+    j["unbounded"] = row.unbounded;
+    j["tightness_per_ulp"] = number(row.tightness_per_ulp);
+    return j;
+}
+
+Row row_from_drift_json(const nlohmann::json& j) {
+    try {
+        Row row;
+        row.config = j.at("config").get<std::string>();
+        row.grid_case.sweep = j.at("sweep").get<std::string>();
+        std::string config = row.config;
+        for (const char* prefix : gradient_prefixes)
+            if (config.starts_with(prefix)) config = config.substr(std::string(prefix).size());
+        case_from_config(config, row.grid_case, row.impl, row.dtype);
+        row.error = j.at("error").is_null() ? "" : j.at("error").get<std::string>();
+        row.max_ulp = number_from_json(j.at("max_ulp"));
+        row.max_tightness = number_from_json(j.at("max_tightness"));
+        row.violations = j.at("violations").get<Index>();
+        row.unbounded = j.at("unbounded").get<Index>();
+        row.tightness_per_ulp = number_from_json(j.at("tightness_per_ulp"));
+        return row;
+    } catch (const nlohmann::json::exception& e) {
+        throw IoError(std::string("report: accuracy.json: malformed gradient row: ") + e.what());
     }
 }
 

@@ -45,6 +45,13 @@ void measure(const suite::Implementation& impl, const Case& c, Dtype dtype, Grad
             row.worst_tightness = cmp.max_tightness;
             row.worst_config = config_string(c, impl.name, dtype);
         }
+        Row r;
+        r.config = gradient_row_config(oracle::gradient_name(which[n]), config_string(c, impl.name, dtype));
+        r.impl = impl.name;
+        r.dtype = dtype;
+        r.grid_case = c;
+        fill_comparison(r, cmp, dtype);
+        row.rows.push_back(std::move(r));
     }
 }
 
@@ -68,6 +75,15 @@ std::vector<GradientRow> gradient_rows(const std::vector<Case>& cases,
                 } catch (const std::exception& e) {
                     ++row.errors;
                     row.first_error = config_string(c, impl->name, dtype) + ": " + e.what();
+                    for (const char* g : {"dq", "dk", "dv"}) {  // a failed case is a row that now fails, for drift
+                        Row r;
+                        r.config = gradient_row_config(g, config_string(c, impl->name, dtype));
+                        r.impl = impl->name;
+                        r.dtype = dtype;
+                        r.grid_case = c;
+                        r.error = e.what();
+                        row.rows.push_back(std::move(r));
+                    }
                 }
             }
             std::sort(row.tightness.begin(), row.tightness.end());

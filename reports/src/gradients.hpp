@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/report/accuracy.hpp"
 #include "attn/report/grid.hpp"
 #include "attn/suite/registry.hpp"
 
@@ -20,6 +21,8 @@ struct GradientRow {
     std::vector<double> tightness;  // every case's and gradient's max error / bound, sorted
     double worst_tightness = 0;
     std::string worst_config, first_error;
+    // One report row per case and gradient (config "dq <case's config>", ...): what drift compares with the baseline.
+    std::vector<Row> rows;
     bool pass() const { return violations == 0 && errors == 0; }
 };
 

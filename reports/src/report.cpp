@@ -37,7 +37,7 @@ std::string rows_one_per_line(const nlohmann::json& doc) {
         text += first ? " " : ",\n ";
         first = false;
         text += nlohmann::json(key).dump() + ": ";
-        if (key != "rows" || !value.is_array()) {
+        if ((key != "rows" && key != "gradient_rows") || !value.is_array()) {
             text += value.dump();
             continue;
         }
@@ -530,7 +530,9 @@ Section gradients_section(const std::vector<GradientRow>& rows) {
                 "a random dout: dq, dk and dv element by element against the oracle's exact gradients and their "
                 "rigorous bound for the implementation's structure (oracle/BOUNDS.md sections 12, 12b: `tiled` "
                 "recomputes P from the saved lse and D from the saved output). 16-bit gradients are checked by the "
-                "property suite and `attn_backward_test`, not here. Drift is not tracked for gradients yet.");
+                "property suite and `attn_backward_test`, not here. Each case's dq, dk and dv is a row of its own in "
+                "`accuracy.json` (`gradient_rows`, config `dq <case>`), compared with the baseline as the forward's "
+                "rows are (Drift).");
     Table t;
     t.header = {"implementation", "dtype", "cases", "max ULP dq", "max ULP dk", "max ULP dv", "max tightness dq",
                 "max tightness dk", "max tightness dv", "median tightness", "violations", "unbounded elements",
@@ -590,7 +592,7 @@ nlohmann::json fingerprint_json(const NumericsFingerprint& fingerprint) {
 }
 
 nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const DriftMargin& margin,
-                             const NumericsFingerprint& fingerprint) {
+                             const NumericsFingerprint& fingerprint, const std::vector<Row>& gradient_rows) {
     nlohmann::json j;
     j["schema"] = "attn-accuracy/3";
     j["grid"] = to_string(grid);
@@ -600,6 +602,8 @@ nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const 
     for (const Summary& s : summarize(rows)) j["summary"].push_back(to_json(s));
     j["rows"] = nlohmann::json::array();
     for (const Row& r : rows) j["rows"].push_back(to_json(r));
+    j["gradient_rows"] = nlohmann::json::array();
+    for (const Row& r : gradient_rows) j["gradient_rows"].push_back(to_drift_json(r));
     return j;
 }
 
@@ -607,7 +611,8 @@ std::string baseline_file(const std::string& baselines_dir, const std::string& f
     return (fs::path(baselines_dir) / (fingerprint_id + ".json")).string();
 }
 
-std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid, std::string* fingerprint_id) {
+std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid, std::string* fingerprint_id,
+                                    std::vector<Row>* gradient_rows) {
     std::ifstream in(path);
     if (!in) throw IoError("report: cannot read " + path);
     nlohmann::json j;
@@ -629,6 +634,8 @@ std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid, 
     }
     std::vector<Row> rows;
     for (const auto& r : j["rows"]) rows.push_back(row_from_json(r));
+    if (gradient_rows && j.contains("gradient_rows") && j["gradient_rows"].is_array())
+        for (const auto& r : j["gradient_rows"]) gradient_rows->push_back(row_from_drift_json(r));
     return rows;
 }
 
@@ -638,14 +645,16 @@ namespace {
 
 // Step 1: the baseline of this fingerprint (its path, whether it exists and what it records, into run.drift), read
 // before anything is written; its rows, or none.
-std::vector<Row> read_baseline(const ReportOptions& options, const std::string& baseline_path, ReportRun& run) {
+std::vector<Row> read_baseline(const ReportOptions& options, const std::string& baseline_path, ReportRun& run,
+                               std::vector<Row>& gradient_rows) {
     std::vector<Row> baseline;
     run.drift.fingerprint = run.fingerprint.id();
     run.drift.baseline_path = shown_path(baseline_path, options.project_root);
     std::error_code ec;
     run.drift.baseline_found = !baseline_path.empty() && fs::exists(baseline_path, ec);
     if (run.drift.baseline_found)
-        baseline = read_accuracy_json(baseline_path, &run.drift.baseline_grid, &run.drift.baseline_fingerprint);
+        baseline = read_accuracy_json(baseline_path, &run.drift.baseline_grid, &run.drift.baseline_fingerprint,
+                                      &gradient_rows);
     return baseline;
 }
 
@@ -764,7 +773,9 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     if (!options.drift_off.empty() && options.update_baseline)
         throw ConfigError("report: no baseline is recorded here: " + options.drift_off);
     run.drift.off = options.drift_off;
-    std::vector<Row> baseline = options.drift_off.empty() ? read_baseline(options, baseline_path, run) : std::vector<Row>{};
+    std::vector<Row> baseline_gradients;
+    std::vector<Row> baseline = options.drift_off.empty() ? read_baseline(options, baseline_path, run, baseline_gradients)
+                                                          : std::vector<Row>{};
     // Another fingerprint rounds differently within the same bounds: its rows say nothing about drift here.
     const bool comparable = run.drift.baseline_found && run.drift.baseline_fingerprint == fingerprint;
 
@@ -785,9 +796,29 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
                                             " matches '" + options.filter + "'");
     run.summaries = summarize(run.rows);
 
-    // 3. Drift.
+    // 2b. The backward pass, on the smoke grid's cross-product cases (unless --filter narrows the run to other rows).
+    std::vector<GradientRow> gradients;
+    std::vector<Row> gradient_rows_now;  // per case and gradient, for drift and the JSON
+    if (options.filter.empty()) {
+        std::vector<Case> small;
+        for (const Case& c : make_grid(GridKind::Smoke))
+            if (c.sweep == "grid") small.push_back(c);
+        gradients = gradient_rows(small, impls);
+        for (const GradientRow& g : gradients) {
+            run.gradients.push_back({g.impl, to_string(g.dtype), g.cases, g.violations, g.errors, g.worst_tightness,
+                                     g.worst_config, g.first_error});
+            gradient_rows_now.insert(gradient_rows_now.end(), g.rows.begin(), g.rows.end());
+        }
+    }
+
+    // 3. Drift, of the forward rows and (without --filter) the gradient rows.
     if (comparable) {
-        Drift compared = compare_with_baseline(baseline, run.rows, margin);
+        std::vector<Row> current = run.rows;
+        if (options.filter.empty()) {
+            baseline.insert(baseline.end(), baseline_gradients.begin(), baseline_gradients.end());
+            current.insert(current.end(), gradient_rows_now.begin(), gradient_rows_now.end());
+        }
+        Drift compared = compare_with_baseline(baseline, current, margin);
         compared.fingerprint = fingerprint;
         compared.baseline_path = run.drift.baseline_path;
         compared.baseline_fingerprint = run.drift.baseline_fingerprint;
@@ -802,18 +833,6 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
         for (const Case& c : make_grid(GridKind::Smoke))
             if (c.sweep == "grid") small.push_back(c);
         mutant_rows = sweep(small, mutants, options.jobs, "mutants");
-    }
-
-    // 4b. The backward pass, on the same small cases (unless --filter narrows the run to other rows).
-    std::vector<GradientRow> gradients;
-    if (options.filter.empty()) {
-        std::vector<Case> small;
-        for (const Case& c : make_grid(GridKind::Smoke))
-            if (c.sweep == "grid") small.push_back(c);
-        gradients = gradient_rows(small, impls);
-        for (const GradientRow& g : gradients)
-            run.gradients.push_back({g.impl, to_string(g.dtype), g.cases, g.violations, g.errors, g.worst_tightness,
-                                     g.worst_config, g.first_error});
     }
 
     // 5. The property suite's mutant table.
@@ -832,7 +851,8 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
 
     // 7. Files. The run's JSON is the latest report; it never silently replaces a baseline: without
     // --update-baseline it goes next to it as accuracy.new.json when --baseline names the output's accuracy.json.
-    const std::string json_text = rows_one_per_line(accuracy_json(options.grid, run.rows, margin, run.fingerprint));
+    const std::string json_text =
+        rows_one_per_line(accuracy_json(options.grid, run.rows, margin, run.fingerprint, gradient_rows_now));
     fs::path json_path = out_dir / "accuracy.json";
     if (!options.update_baseline && !baseline_path.empty() && same_file(json_path, baseline_path))
         json_path = out_dir / "accuracy.new.json";

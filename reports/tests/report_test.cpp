@@ -313,7 +313,11 @@ TEST_CASE("attn report --check fails when a backend's error grows by a few ulps,
     const ReportRun again = run_report(o, {&reference}, {}, log);
     CHECK(again.exit_code == 0);
     CHECK(again.drift.checked);
-    CHECK(again.drift.compared == static_cast<Index>(first.rows.size()));
+    // Every forward row and every case's dq, dk and dv.
+    Index gradient_rows = 0;
+    for (const ReportRun::GradientSummary& g : first.gradients) gradient_rows += 3 * g.cases;
+    CHECK(gradient_rows > 0);
+    CHECK(again.drift.compared == static_cast<Index>(first.rows.size()) + gradient_rows);
     CHECK(again.drift.identical_rows == again.drift.compared);
     CHECK(again.drift.regressions.empty());
     CHECK(fs::exists(fs::path(o.out_dir) / "accuracy.md"));
@@ -327,6 +331,25 @@ TEST_CASE("attn report --check fails when a backend's error grows by a few ulps,
     CHECK_FALSE(worse.drift.regressions.empty());
     for (const RowDrift& d : worse.drift.regressions)
         CHECK((d.current_tightness > d.baseline_tightness || d.reason.rfind("bound violations", 0) == 0));
+
+    // The same four ulps on dq only: the forward rows are as they were, and gradient rows ("dq <case>") regress.
+    suite::Implementation worse_dq = suite::implementation("reference");
+    const auto backward_float = worse_dq.backward_float;
+    const auto backward_double = worse_dq.backward_double;
+    const auto push = [](auto g) {
+        for (Index i = 0; i < g.dq.numel(); ++i) g.dq[i] = four_ulps_more(g.dq[i]);
+        return g;
+    };
+    worse_dq.backward_float = [=](auto q, auto k, auto v, auto d, auto m, const SdpaOptions& o) {
+        return push(backward_float(q, k, v, d, m, o));
+    };
+    worse_dq.backward_double = [=](auto q, auto k, auto v, auto d, auto m, const SdpaOptions& o) {
+        return push(backward_double(q, k, v, d, m, o));
+    };
+    const ReportRun gradient_worse = run_report(o, {&worse_dq}, {}, log);
+    CHECK(gradient_worse.exit_code == 1);
+    REQUIRE_FALSE(gradient_worse.drift.regressions.empty());
+    for (const RowDrift& d : gradient_worse.drift.regressions) CHECK(d.config.rfind("dq ", 0) == 0);
 }
 
 TEST_CASE("attn report --check passes without a baseline for this fingerprint and says drift was not checked") {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/oracle/metrics.hpp"
 #include "attn/report/grid.hpp"
 #include "attn/suite/registry.hpp"
 
@@ -46,6 +47,14 @@ struct Row {
     bool failed() const { return !error.empty() || violations > 0 || suspicious; }
 };
 
+// Copies a comparison's measures (elements, max ULP, errors, tightness, violations, the worst element and the
+// tightness of one ulp there) into a row of dtype `dtype`.
+void fill_comparison(Row& row, const oracle::Comparison& cmp, Dtype dtype);
+
+// A gradient row's config: "dq " (or "dk ", "dv ") before the forward row's config string; row_from_json reads the
+// case, implementation and dtype from the rest.
+std::string gradient_row_config(const std::string& gradient, const std::string& config);
+
 // Runs every implementation on the case's inputs in one dtype and compares each with the oracle (bound for its
 // error model); a row whose implementation or oracle threw carries the message in `error`.
 std::vector<Row> measure(const std::vector<const suite::Implementation*>& impls, const Case& grid_case, Dtype dtype);
@@ -64,6 +73,10 @@ std::vector<Summary> summarize(const std::vector<Row>& rows);
 
 nlohmann::json to_json(const Row& row);
 Row row_from_json(const nlohmann::json& j);  // IoError naming the field when the JSON is not a report row
+// A gradient row as accuracy.json keeps it: only what drift compares (config, sweep, error, max_ulp, max_tightness,
+// violations, unbounded, tightness_per_ulp), so that a baseline stays under the repository's 2 MiB per file.
+nlohmann::json to_drift_json(const Row& row);
+Row row_from_drift_json(const nlohmann::json& j);
 nlohmann::json to_json(const Summary& summary);
 
 // Non-finite doubles are written as the strings "inf", "-inf", "nan" (JSON has no such numbers).

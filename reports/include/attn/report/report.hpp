@@ -67,14 +67,16 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
 // The baseline of a fingerprint in a baselines directory: <baselines_dir>/<fingerprint id>.json.
 std::string baseline_file(const std::string& baselines_dir, const std::string& fingerprint_id);
 
-// accuracy.json: {"schema", "grid", "fingerprint", "margin", "summary", "rows"}; see reports/README.md.
+// accuracy.json: {"schema", "grid", "fingerprint", "margin", "summary", "rows", "gradient_rows"}; see
+// reports/README.md.
 nlohmann::json accuracy_json(GridKind grid, const std::vector<Row>& rows, const DriftMargin& margin,
-                             const NumericsFingerprint& fingerprint);
+                             const NumericsFingerprint& fingerprint, const std::vector<Row>& gradient_rows = {});
 // {"id": ..., "cpu": ..., ...}: the id and every field, as strings.
 nlohmann::json fingerprint_json(const NumericsFingerprint& fingerprint);
 // The rows of an accuracy.json file, its grid name and its fingerprint id ("" when it records none: schema 1);
 // IoError when it cannot be read or is not one.
+// With `gradient_rows`, its gradient rows too (none in a file made before they were recorded).
 std::vector<Row> read_accuracy_json(const std::string& path, std::string* grid = nullptr,
-                                    std::string* fingerprint_id = nullptr);
+                                    std::string* fingerprint_id = nullptr, std::vector<Row>* gradient_rows = nullptr);
 
 }  // namespace attn::report
