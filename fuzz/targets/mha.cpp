@@ -2,8 +2,9 @@
 // conventions, key padding, causal, weights per head or averaged) and the module's head path:
 //   - the head path (mha_sdpa_path, GQA included) gives bitwise the head-split computation: SDPA over (B, H) with
 //     each query head reading kv head h / (H/G), expanded here; on small cases it is within the oracle's bound;
-//   - the module: forward == forward_blocked with the negated masks == forward_cross / forward_self where they
-//     apply (bitwise); the predicted error kind; finite outputs from finite inputs; head-averaged weights are the
+//   - the module: forward == forward_blocked with the negated masks == the masks as float masks of 0 and -inf
+//     (MhaOptions::bias, key_padding_bias) == forward_cross / forward_self where they apply (bitwise); the
+//     predicted error kind; finite outputs from finite inputs; head-averaged weights are the
 //     mean of the per-head weights within (H + 1) u (plus one rounding on 16-bit storage).
 // Float cases run in float16 or bfloat16 too (a quarter of them), like the sdpa target's.
 #include <cstring>
@@ -220,6 +221,24 @@ void run_module(FuzzedDataProvider& in, const ModuleSizes& sizes) {
             pad_blocked ? std::optional<TensorView<const bool>>(pad_blocked->view()) : std::nullopt, blocked_options);
     });
     same_outcome(allowed_run, blocked_run, "allowed masks vs the same masks blocked");
+    // PyTorch's float masks: the same masks as MhaOptions::bias and key_padding_bias of 0 (allowed) and -inf
+    // (blocked) give the same bits (a -inf blocks its key exactly as a false; adding 0 is exact).
+    if (mask || pad) {
+        std::optional<Tensor<T>> float_mask, float_pad;
+        const auto to_float = [](TensorView<const bool> m) {
+            const Tensor<bool> dense = Tensor<bool>::copy_of(m);
+            Tensor<T> f(dense.shape());
+            for (Index n = 0; n < f.numel(); ++n) f[n] = dense[n] ? T(0) : T(-std::numeric_limits<float>::infinity());
+            return f;
+        };
+        MhaOptions float_options = options;
+        float_options.key_padding_allowed.reset();
+        if (mask) float_mask = to_float(mask->view), float_options.bias = FloatView(float_mask->view());
+        if (pad) float_pad = to_float(pad->view), float_options.key_padding_bias = FloatView(float_pad->view());
+        const auto float_run = attempt<MhaResult<T>>(
+            [&] { return module->forward(x.view, mem_k.view, mem_v.view, std::nullopt, float_options); });
+        same_outcome(allowed_run, float_run, "bool masks vs the same masks as float masks of 0 and -inf");
+    }
     if (kdim == vdim) {
         const auto cross = attempt<MhaResult<T>>(
             [&] { return module->forward_cross(x.view, mem_k.view, allowed_mask, options); });

@@ -32,6 +32,7 @@ Property backends_agree_within_bounds();
 Property module_matches_oracle_within_bound();
 Property dropout_zeroes_or_rescales_each_weight_exactly();
 Property dropout_gradients_match_oracle_within_bound();
+Property a_nan_reaches_only_the_gradients_that_read_it();
 Property module_bad_calls_are_refused_with_an_error_naming_them();
 Property key_padding_mask_allows_exactly_the_tokens_that_are_not_pad();
 Property degenerate_sizes_give_their_limits();
@@ -58,6 +59,7 @@ const std::vector<Property>& properties() {
         dq_ignores_keys_the_query_may_not_read(),
         gradients_are_linear_in_dout(),
         dk_sums_to_zero_over_the_keys(),
+        a_nan_reaches_only_the_gradients_that_read_it(),
         rows_sum_to_one(),
         masked_keys_get_zero_weight(),
         heads_split_equals_separate_attention(),
