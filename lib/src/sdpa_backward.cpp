@@ -65,13 +65,8 @@ void backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOpt
             std::fill_n(row, n, T(0));
             continue;
         }
-        if (pairwise)  // the gemm may have mixed in a NaN of a row this query may not read
-            for (Index c = 0; c < n; ++c) {
-                if (!p.allowed(b, i, keys[c])) continue;
-                row[c] = 0;
-                for (Index d = 0; d < Dk; ++d) row[c] += qc[i * Dk + d] * kc[c * Dk + d];
-                row[c] *= static_cast<T>(p.scale);
-            }
+        // No pairwise recomputation here: logit (i, c) of the gemm reads q_i and k_c only, so a NaN of another row
+        // reaches only the logits of the keys holding it, which the softmax row skips where they are blocked.
         detail::reference_softmax_row(p, options, b, i, keys.data(), n, row, capped ? g.data() + i * n : nullptr);
     }
 
@@ -97,12 +92,9 @@ void backward_batch(const SdpaProblem<S>& p, const Readability& r, const SdpaOpt
             std::fill_n(row, n, T(0));
             continue;
         }
-        if (pairwise)
-            for (Index c = 0; c < n; ++c) {
-                row[c] = 0;
-                if (p.allowed(b, i, keys[c]))
-                    for (Index d = 0; d < Dv; ++d) row[c] += go[i * Dv + d] * vc[c * Dv + d];
-            }
+        if (pairwise)  // dP of a blocked key may hold that key's NaN, and 0 * NaN would reach D
+            for (Index c = 0; c < n; ++c)
+                if (!p.allowed(b, i, keys[c])) row[c] = 0;
         if (dropout)
             for (Index c = 0; c < n; ++c) row[c] *= keep[static_cast<std::size_t>(i * n + c)];
         T D = 0;
