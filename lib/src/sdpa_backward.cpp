@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -222,16 +221,13 @@ Tensor<S> sum_over_broadcast(const std::vector<T>& per_batch, const Shape& shape
 template <class S, class T = compute_t<S>>
 class Gradient {
 public:
-    Gradient(const Shape& shape, Index parts) : shape_(shape), count_(parts) {
+    Gradient(const Shape& shape, Index parts) : shape_(shape) {
         if (std::is_same_v<S, T> && numel(shape) == parts)
             direct_ = Tensor<S>::uninitialized(shape);
         else
             parts_.resize(static_cast<std::size_t>(parts));
     }
     T* parts() { return direct_ ? reinterpret_cast<T*>(direct_->data()) : parts_.data(); }
-    std::span<const T> parts() const {
-        return {direct_ ? reinterpret_cast<const T*>(direct_->data()) : parts_.data(), static_cast<std::size_t>(count_)};
-    }
     Tensor<S> take(const Shape& batch_shape, Index rows, Index cols, const std::string& function, const char* name) {
         if (direct_) return std::move(*direct_);
         return sum_over_broadcast<S>(parts_, shape_, batch_shape, rows, cols, function, name);
@@ -241,7 +237,6 @@ private:
     Shape shape_;
     std::optional<Tensor<S>> direct_;
     std::vector<T> parts_;
-    Index count_ = 0;
 };
 
 template <class S>
@@ -280,27 +275,22 @@ SdpaGradients<S> backward(TensorView<const S> q, TensorView<const S> k, TensorVi
             return;
         backward_batch<S>(p, r, options, b, dout_rows, dropout, dqb, dkb, dvb);
     }, detail::Schedule::Dynamic);
-    // Before take(): where the parts are the result, they are gone after it.
-    const auto policy_nan = [](const Gradient<S>& g) {
-        const std::span<const T> parts = g.parts();
-        return std::any_of(parts.begin(), parts.end(), [](T x) { return std::isnan(x); });
-    };
-    const bool nan_dq = options.check_finite && policy_nan(dq), nan_dk = options.check_finite && policy_nan(dk),
-               nan_dv = options.check_finite && policy_nan(dv);
     SdpaGradients<S> grads{dq.take(p.batch_shape, Tq, Dk, function, "q"), dk.take(p.batch_shape, Tk, Dk, function, "k"),
                            dv.take(p.batch_shape, Tk, Dv, function, "v")};
     if (options.check_finite) {
         // A sum over broadcast batch elements, or the rounding to a 16-bit type, may overflow where no batch
-        // element's gradient did. Elements that are NaN by the policy (empty rows under Nan) are not overflows.
-        const auto check = [&](const Tensor<S>& g, bool policy_nan, const char* name) {
+        // element's gradient did: to an infinity, never to a NaN (every part is finite, finish_backward_batch saw
+        // to that, and a sum of finite parts that overflows stays infinite), so a NaN here is the policy's (an empty
+        // row under Nan) and an infinity is the overflow.
+        const auto check = [&](const Tensor<S>& g, const char* name) {
             for (Index x = 0; x < g.numel(); ++x)
-                if (std::isinf(static_cast<T>(g.data()[x])) || (!policy_nan && std::isnan(static_cast<T>(g.data()[x]))))
+                if (std::isinf(static_cast<T>(g.data()[x])))
                     throw ValueError(function + ": " + name + " overflowed at flat index " + std::to_string(x) +
                                      " although every readable input is finite (" + shapes + "); scale the inputs down");
         };
-        check(grads.dq, nan_dq, "dq");
-        check(grads.dk, nan_dk, "dk");
-        check(grads.dv, nan_dv, "dv");
+        check(grads.dq, "dq");
+        check(grads.dk, "dk");
+        check(grads.dv, "dv");
     }
     return grads;
 }
