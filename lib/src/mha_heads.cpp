@@ -52,8 +52,7 @@ template <class T>
 struct SplitHeads {
     TensorView<const T> q, k, v;
     std::optional<TensorView<const bool>> mask;
-    std::optional<TensorView<const T>> bias, slopes;
-    SdpaOptions sdpa;
+    SdpaOptions sdpa;  // the bias and the slopes viewed the same way in it
 };
 
 template <class T>
@@ -69,7 +68,7 @@ SplitHeads<T> split_heads(TensorView<const T> q, TensorView<const T> k, TensorVi
                                         {k.stride(0), Dk * k.stride(2), 0, k.stride(1), k.stride(2)}),
                     TensorView<const T>(v.data(), {B, G, 1, Tk, Dv},
                                         {v.stride(0), Dv * v.stride(2), 0, v.stride(1), v.stride(2)}),
-                    std::nullopt, std::nullopt, std::nullopt, SdpaOptions{}};
+                    std::nullopt, SdpaOptions{}};
     if (masks.allowed) {
         // allowed (B, H, Tq, Tk) -> (B, G, R, Tq, Tk): head h = g*R + r.
         const TensorView<const bool>& m = *masks.allowed;
@@ -79,16 +78,14 @@ SplitHeads<T> split_heads(TensorView<const T> q, TensorView<const T> k, TensorVi
     // The bias (B, H, Tq, Tk) and the slopes (B, H) viewed the same way, head h = g*R + r.
     if (bias.bias) {
         const TensorView<const T>& x = *bias.bias;
-        s.bias = TensorView<const T>(x.data(), {B, G, R, Tq, Tk},
-                                     {x.stride(0), R * x.stride(1), x.stride(1), x.stride(2), x.stride(3)});
+        s.sdpa.bias = TensorView<const T>(x.data(), {B, G, R, Tq, Tk},
+                                          {x.stride(0), R * x.stride(1), x.stride(1), x.stride(2), x.stride(3)});
     }
     if (bias.slopes) {
         const TensorView<const T>& x = *bias.slopes;
-        s.slopes = TensorView<const T>(x.data(), {B, G, R}, {x.stride(0), R * x.stride(1), x.stride(1)});
+        s.sdpa.alibi_slopes = TensorView<const T>(x.data(), {B, G, R}, {x.stride(0), R * x.stride(1), x.stride(1)});
     }
     SdpaOptions& sdpa = s.sdpa;
-    if (s.bias) sdpa.bias = *s.bias;
-    if (s.slopes) sdpa.alibi_slopes = *s.slopes;
     sdpa.scale = options.scale;  // default 1/sqrt(Dk), SDPA's
     sdpa.is_causal = options.is_causal;
     sdpa.alignment = options.alignment;
@@ -235,7 +232,8 @@ MhaGradients<T> head_gradients(TensorView<const T> q, TensorView<const T> k, Ten
                                                       WeightDropout{dropout.p, dropout.seed, options.dropout_step})
                       : sdpa_backward(s.q, s.k, s.v, forward.output.view(), forward.lse->view(), dout5, s.mask, s.sdpa);
     // The gradients of the split views, (B, G, R, Tq, Dk) = (B, H, Tq, Dk) and (B, G, 1, Tk, D), merged back.
-    MhaGradients<T> result{Tensor<T>({B, Tq, H * Dk}), Tensor<T>({B, Tk, G * Dk}), Tensor<T>({B, Tk, G * Dv})};
+    MhaGradients<T> result{Tensor<T>::uninitialized({B, Tq, H * Dk}), Tensor<T>::uninitialized({B, Tk, G * Dk}),
+                           Tensor<T>::uninitialized({B, Tk, G * Dv})};
     merge_heads(g.dq.data(), B, H, Tq, Dk, result.dq_projected.data());
     merge_heads(g.dk.data(), B, G, Tk, Dk, result.dk_projected.data());
     merge_heads(g.dv.data(), B, G, Tk, Dv, result.dv_projected.data());

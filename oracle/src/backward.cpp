@@ -181,14 +181,21 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
     for (Index i = 0; i < h.Tq; ++i) {
         const RowWeights w = row_weights(h, i);
         if (!w.any) continue;
-        // The multiplier of each weight (section 12c, dropout), 1 without.
-        const auto mult = [&](Index j) { return h.mult.empty() ? Mp(1) : h.mult[i * h.Tk + j]; };
-        Mp D = 0;  // dout_i . O_i, O_i = sum_j mult_ij p_ij v_j from this row's weights
+        // The weights the output and dv take: p itself, or with multipliers (section 12c, dropout) m_ij p_ij, once
+        // per row.
+        std::vector<Mp> multiplied;
+        if (!h.mult.empty()) {
+            multiplied.assign(static_cast<std::size_t>(h.Tk), Mp(0));
+            for (Index j = 0; j < h.Tk; ++j)
+                if (h.allowed[i * h.Tk + j]) multiplied[static_cast<std::size_t>(j)] = h.mult[i * h.Tk + j] * w.p[j];
+        }
+        const std::vector<Mp>& pv = h.mult.empty() ? w.p : multiplied;
+        Mp D = 0;  // dout_i . O_i, O_i = sum_j pv_ij v_j from this row's weights
         Wide e_D_out = 0, D_out_terms = 0;  // section 12b, D from the saved output: sum |dO| e_O, sum |dO| (|O| + e_O)
         for (Index d = 0; d < h.Dv; ++d) {
             Mp o = 0;
             for (Index j = 0; j < h.Tk; ++j)
-                if (h.allowed[i * h.Tk + j]) o += mult(j) * w.p[j] * h.v[j * h.Dv + d];
+                if (h.allowed[i * h.Tk + j]) o += pv[j] * h.v[j * h.Dv + d];
             D += h.dout[i * h.Dv + d] * o;
             if (bound && bound->d_from_output) {
                 const Wide g_abs = abs(h.dout[i * h.Dv + d]).convert_to<Wide>();
@@ -217,17 +224,16 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
         Wide e_D = 0, D_terms = 0;
         for (Index j = 0; j < h.Tk; ++j) {
             if (!h.allowed[i * h.Tk + j]) continue;
-            const Mp m = mult(j);
             Mp& dP = dPs[static_cast<std::size_t>(j)];
             dP = 0;
             for (Index d = 0; d < h.Dv; ++d) dP += h.dout[i * h.Dv + d] * h.v[j * h.Dv + d];
-            dP *= m;
+            if (!h.mult.empty()) dP *= h.mult[i * h.Tk + j];
             const Mp ds = w.p[j] * (dP - D) * w.g[j] * h.scale;  // the scale of both dq and dk
             for (Index d = 0; d < h.Dk; ++d) {
                 g.dq[i * h.Dk + d] += ds * h.k[j * h.Dk + d];
                 g.dk[j * h.Dk + d] += ds * h.q[i * h.Dk + d];
             }
-            for (Index d = 0; d < h.Dv; ++d) g.dv[j * h.Dv + d] += m * w.p[j] * h.dout[i * h.Dv + d];
+            for (Index d = 0; d < h.Dv; ++d) g.dv[j * h.Dv + d] += pv[j] * h.dout[i * h.Dv + d];
             if (!bound) continue;
             ++n;
             Wide A = 0;
@@ -238,7 +244,7 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
             const Wide dP_abs = abs(dP).convert_to<Wide>();
             if (!h.mult.empty()) {
                 // Section 12c: dP_hat = fl(fl(dout . v) m) and dv's weight fl(p_hat m), one rounding each.
-                const Wide M = up(abs(m).convert_to<Wide>()), P = w.p[j].convert_to<Wide>();
+                const Wide M = up(abs(h.mult[i * h.Tk + j]).convert_to<Wide>()), P = w.p[j].convert_to<Wide>();
                 const Wide eP = weight_error(j), dP1 = M != 0 ? dP_abs / M : 0;
                 e_dP[js] = M * e_dP[js] + u * M * (dP1 + e_dP[js]) + bound->eta_mul;
                 e_Pv[js] = M * eP + u * M * (P + eP) + bound->eta_mul;
@@ -261,7 +267,7 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
             const Wide x = abs(dPs[js] - D).convert_to<Wide>();  // dP from the first pass
             const Wide e_x = e_dP[js] + e_D + u * (x + e_dP[js] + e_D);
             const Wide P = w.p[j].convert_to<Wide>(), eP = e_P[js];
-            const Wide Pv = h.mult.empty() ? P : up((mult(j) * w.p[j]).convert_to<Wide>());  // dv's weight
+            const Wide Pv = h.mult.empty() ? P : up(abs(pv[j]).convert_to<Wide>());  // dv's weight
             const Wide ePv = h.mult.empty() ? eP : e_Pv[js];
             Wide e_dS = eP * x + (P + eP) * e_x + u * (P + eP) * (x + e_x) + bound->eta_mul;
             Wide dS = P * x;
