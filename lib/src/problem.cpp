@@ -415,15 +415,18 @@ Readability readability(const SdpaProblem<T>& p, Index b) {
     r.row_nonempty.assign(static_cast<std::size_t>(p.Tq), 0);
     if (p.bias) {  // a -inf bias blocks its key: every position the rule and the mask allow is looked at
         const auto neg_inf = -std::numeric_limits<compute_t<T>>::infinity();
+        char* const readable = r.key_readable.data();
         for (Index i = 0; i < p.Tq; ++i) {
             const KeyRange range = p.positions.keys(i, p.Tq, p.Tk);
             const BiasRow<T> row(p, b, i);
-            char any = 0, bad = 0;  // branch-free, so that the loop vectorises
+            // Branch-free, and the key flags written through a local pointer, so that the loop vectorises (through
+            // r.key_readable, each char store might change the vector's own data pointer, reloaded every time).
+            char any = 0, bad = 0;
             for (Index j = range.begin; j < range.end; ++j) {
                 const auto x = row.at(j);
                 const char mask_allows = row.mask_allows(j);
                 const char reads = mask_allows & (x != neg_inf);
-                r.key_readable[static_cast<std::size_t>(j)] |= reads;
+                readable[j] |= reads;
                 any |= reads;
                 bad |= mask_allows & !(x < -neg_inf);  // NaN or +inf
             }

@@ -29,6 +29,7 @@
 #endif
 
 #include <hwy/aligned_allocator.h>
+#include <hwy/cache_control.h>
 
 #include "attn/tiled.hpp"
 #include "backends.hpp"
@@ -314,6 +315,21 @@ void transpose_bias(const T* rows, Index row_stride, Index key_stride, const Ind
         for (Index rr = 0; rr < nr; ++rr) bt[c * nr + rr] = row(rr)[keys[c] * key_stride];
 }
 
+// Asks for the bias that transpose_bias will read next (lanes [0, nr) of the rows at `rows`, keys keys[0, nbj))
+// while the current tile computes: its rows lie a row stride apart, one stream per query lane, more streams than a
+// hardware prefetcher follows. Contiguous keys only (the layout of transpose_bias's fast path).
+template <class T>
+void prefetch_bias(const T* rows, Index row_stride, Index key_stride, const Index* keys, Index nbj, Index nr,
+                   Index valid) {
+    if (key_stride != 1 || nbj <= 0 || keys[nbj - 1] - keys[0] != nbj - 1) return;
+    constexpr Index line = 64 / sizeof(T);
+    for (Index rr = 0; rr < std::min(nr, valid); ++rr) {
+        const T* row = rows + rr * row_stride + keys[0];
+        for (Index c = 0; c < nbj; c += line) hwy::Prefetch(row + c);
+        hwy::Prefetch(row + nbj - 1);
+    }
+}
+
 // Where step 3c's additive term t comes from: the explicit bias in the layout of s (bias_tile, or with `raw`
 // transpose_bias: as stored, blocked positions included, which is right only under check_finite, where a blocked
 // logit and no allowed one is -inf, so blocked logits take 0 whatever the bias holds there), or none; then ALiBi's.
@@ -461,6 +477,16 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             const Index cs = lo / mr * mr, k0 = c0 + cs, nbj = hi - cs;
             T* s = sp + jq * L.Bk_pad * nr + cs * nr;  // key k0 + c, query lane rr at s[c * nr + rr]
             T* accj = acc + jq * L.Dv_pad * nr;
+            if (bias_raw) {  // the next tile's bias (step 3c), the next panel's or the next block's first panel's
+                const Index ahead = jq + 1, c0n = c0 + ahead / panels * L.Bk, jqn = ahead % panels;
+                const Index nbn = std::min(L.Bk, n - c0n);
+                const Index lon = std::max<Index>(w.panel_begin[jqn] - c0n, 0);
+                const Index hin = std::min(nbn, w.panel_end[jqn] - c0n);
+                if (c0n < keys_end && hin > lon)
+                    prefetch_bias(p.bias_row(b, i0 + jqn * nr), p.bias_row_stride, p.bias_key_stride,
+                                  w.keys.data() + c0n + lon / mr * mr, hin - lon / mr * mr, nr,
+                                  std::min(nr, rows - jqn * nr));
+            }
 
             // 2. scores: s^T (nbj, nr) = scale * k[k0:k0+nbj] (nbj, Dk) @ q^T (Dk, nr), tile by tile.
             if (Dk > 0) {
