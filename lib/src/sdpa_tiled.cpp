@@ -442,8 +442,13 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
     if (p.positions.restricts())
         for (Index i = 0; i < rows; ++i) {
             const KeyRange range = p.positions.keys(i0 + i, p.Tq, p.Tk);
-            w.row_begin[i] = std::lower_bound(w.keys.begin(), w.keys.end(), range.begin) - w.keys.begin();
-            w.row_end[i] = std::lower_bound(w.keys.begin(), w.keys.end(), range.end) - w.keys.begin();
+            if (n == p.Tk) {  // every key readable: key j is readable key j (no search)
+                w.row_begin[i] = std::clamp<Index>(range.begin, 0, n);
+                w.row_end[i] = std::clamp<Index>(range.end, 0, n);
+            } else {
+                w.row_begin[i] = std::lower_bound(w.keys.begin(), w.keys.end(), range.begin) - w.keys.begin();
+                w.row_end[i] = std::lower_bound(w.keys.begin(), w.keys.end(), range.end) - w.keys.begin();
+            }
         }
     Index keys_begin = n, keys_end = 0;
     for (Index jq = 0; jq < panels; ++jq) {
@@ -612,12 +617,14 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             std::fill_n(orow, Dv, static_cast<S>(std::numeric_limits<T>::quiet_NaN()));
             continue;
         }
-        for (Index d = 0; d < Dv; ++d) orow[d] = static_cast<S>(a[d * nr] / l);
-        if (options.check_finite)
-            for (Index d = 0; d < Dv; ++d)
-                if (!std::isfinite(orow[d]))
-                    throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i0 + i,
-                                   p.shapes);
+        // The check branch-free, in a form the compiler vectorises (|x| <= max is false for NaN and both infinities).
+        int overflow = 0;
+        for (Index d = 0; d < Dv; ++d) {
+            orow[d] = static_cast<S>(a[d * nr] / l);
+            overflow |= !(std::fabs(static_cast<T>(orow[d])) <= std::numeric_limits<T>::max());
+        }
+        if (options.check_finite && overflow)
+            throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i0 + i, p.shapes);
     }
 }
 
