@@ -38,6 +38,7 @@ Property key_padding_mask_allows_exactly_the_tokens_that_are_not_pad();
 Property degenerate_sizes_give_their_limits();
 Property strided_inputs_give_the_bits_of_contiguous_ones();
 Property head_path_gives_the_bits_of_sdpa();
+Property output_into_gives_the_bits_of_the_returned_output();
 Property a_row_of_minus_infinite_logits_is_nan();
 Property window_equals_the_mask_it_describes();
 Property causal_window_is_the_window_with_right_zero();
@@ -86,6 +87,7 @@ const std::vector<Property>& properties() {
         degenerate_sizes_give_their_limits(),
         strided_inputs_give_the_bits_of_contiguous_ones(),
         head_path_gives_the_bits_of_sdpa(),
+        output_into_gives_the_bits_of_the_returned_output(),
         a_row_of_minus_infinite_logits_is_nan(),
         window_equals_the_mask_it_describes(),
         causal_window_is_the_window_with_right_zero(),

@@ -1,0 +1,88 @@
+// scaled_dot_product_attention_into (the caller's output tensor, no allocation) is the same computation as
+// scaled_dot_product_attention: into a tensor that held NaN before, it writes bitwise the output the other call
+// returns, or both calls refuse the case. And it refuses what only it can get wrong: an output that overlaps an input
+// (written while the input is read), an output of another shape, and a request for the weights or the lse (which it
+// has nowhere to put). Without this property the call that `attn bench` times would be checked by unit tests only.
+#include <limits>
+
+#include "../checks.hpp"
+
+namespace attn::suite {
+
+namespace {
+
+// The message of the exception `call` throws ("" when it throws none).
+template <class F>
+std::string refusal(F&& call) {
+    try {
+        call();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+Property output_into_gives_the_bits_of_the_returned_output() {
+    Property p;
+    p.name = "output_into_gives_the_bits_of_the_returned_output";
+    p.sentence = "scaled_dot_product_attention_into writes into the caller's tensor, whatever it held, bitwise the output "
+                 "scaled_dot_product_attention returns, and refuses an output that overlaps an input or has another "
+                 "shape, and a request for the weights or the lse.";
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.bias = true}); };
+    p.applies = [](const Implementation& impl) { return impl.name == "reference" || impl.name == "tiled"; };
+    p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
+        Rng rng(c.aux_seed);
+        SdpaOptions o = c.options;
+        o.backend = impl.name == "reference" ? Backend::Reference : Backend::Tiled;
+        o.return_weights = o.return_lse = false;
+        return with_dtype(c.dtype, [&]<class T>() -> Verdict {
+            CaseInputs<T> in = make_inputs<T>(c);
+            const SdpaOptions options = in.with_bias(o);
+            const std::string what = std::string("into vs returned, backend ") + to_string(o.backend);
+            std::optional<SdpaResult<T>> returned;
+            const std::string returned_error = refusal(
+                [&] { returned = scaled_dot_product_attention(in.q_view, in.k_view, in.v_view, in.allowed_view, options); });
+            const Shape shape = returned ? returned->output.shape() : Shape{c.B, c.H, c.Tq, c.Dv};
+            Tensor<T> out(shape, static_cast<T>(std::numeric_limits<float>::quiet_NaN()));
+            // The call into `target` with `opts`, to make.
+            const auto call = [&](TensorView<T> target, const SdpaOptions& opts) {
+                return [&in, target, opts] {
+                    scaled_dot_product_attention_into(target, in.q_view, in.k_view, in.v_view, in.allowed_view, opts);
+                };
+            };
+            const std::string into_error = refusal(call(out.view(), options));
+            if (returned_error.empty() != into_error.empty())
+                return what + ": " + (into_error.empty() ? "into accepted the case the other call refused: " + returned_error
+                                                          : "into refused the case the other call accepted: " + into_error);
+            if (!returned) return std::nullopt;  // both refused it
+            if (Verdict v = bitwise_equal(c, out, returned->output, what)) return v;
+
+            // One refusal per case, drawn, each of its kind and naming what is wrong.
+            switch (rng.below(3)) {
+            case 0: {
+                SdpaOptions asks = options;
+                (rng.below(2) == 0 ? asks.return_weights : asks.return_lse) = true;
+                return refused_with(call(out.view(), asks), "into asked for the weights or the lse", "ConfigError",
+                                    "writes the output only");
+            }
+            case 1: {
+                Shape other = shape;
+                other.back() += 1;
+                Tensor<T> wrong(other);
+                return refused_with(call(wrong.view(), options), "into an output of shape " + to_string(other),
+                                    "ShapeError", "out must have the output's shape");
+            }
+            default:
+                // The output laid over q's own storage (no more elements than q has): it overlaps q.
+                if (out.numel() == 0 || out.numel() > in.q.numel()) return std::nullopt;
+                return refused_with(call(TensorView<T>(in.q.data(), shape), options), "into an output over q's storage",
+                                    "ConfigError", "out overlaps an input");
+            }
+        });
+    };
+    return p;
+}
+
+}  // namespace attn::suite
