@@ -125,6 +125,19 @@ Tensor<T> normal_tensor(const Shape& shape, Rng& rng) {
     return t;
 }
 
+// The message of the exception `call` throws, "" when it throws none (Unsupported passes: the case is skipped).
+template <class Call>
+std::string thrown_message(Call&& call) {
+    try {
+        call();
+    } catch (const Unsupported&) {
+        throw;
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
 // A call the contract refuses: it must throw `expected_kind` ("ShapeError", "ConfigError" or "ValueError") with a
 // message that starts with the function's name ("name: ...", the library's convention) and contains `keyword`;
 // `what` names the refusal in the verdict.

@@ -486,25 +486,21 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
     };
     // Strides read once: TensorView::stride checks its argument, which keeps it out of the inner loops.
     const Index qs = p.q.stride(-1), ks = p.k.stride(-1), vs = p.v.stride(-1);
+    // Row `row` of tensor `name`: n values `stride` apart, looked at one by one only when one of them is not finite.
+    const auto check_row = [&](const char* name, const Shape& shape, Index b, Index row, const T* x, Index n,
+                               Index stride) {
+        if (all_finite(x, n, stride)) return;
+        for (Index d = 0; d < n; ++d)
+            if (!finite(x[d * stride])) fail(name, shape, b, row, d, x[d * stride]);
+    };
     for (Index b = 0; b < p.batch; ++b) {
         const Readability& r = all[static_cast<std::size_t>(b)];
-        for (Index i = 0; i < p.Tq; ++i) {
-            if (!r.row_nonempty[static_cast<std::size_t>(i)]) continue;
-            const T* row = p.q_row(b, i);
-            if (!all_finite(row, p.Dk, qs))
-                for (Index d = 0; d < p.Dk; ++d)
-                    if (!finite(row[d * qs])) fail("q", p.q.shape(), b, i, d, row[d * qs]);
-        }
+        for (Index i = 0; i < p.Tq; ++i)
+            if (r.row_nonempty[static_cast<std::size_t>(i)]) check_row("q", p.q.shape(), b, i, p.q_row(b, i), p.Dk, qs);
         for (Index j = 0; j < p.Tk; ++j) {
             if (!r.key_readable[static_cast<std::size_t>(j)]) continue;
-            const T* krow = p.k_row(b, j);
-            if (!all_finite(krow, p.Dk, ks))
-                for (Index d = 0; d < p.Dk; ++d)
-                    if (!finite(krow[d * ks])) fail("k", p.k.shape(), b, j, d, krow[d * ks]);
-            const T* vrow = p.v_row(b, j);
-            if (!all_finite(vrow, p.Dv, vs))
-                for (Index d = 0; d < p.Dv; ++d)
-                    if (!finite(vrow[d * vs])) fail("v", p.v.shape(), b, j, d, vrow[d * vs]);
+            check_row("k", p.k.shape(), b, j, p.k_row(b, j), p.Dk, ks);
+            check_row("v", p.v.shape(), b, j, p.v_row(b, j), p.Dv, vs);
         }
         // The bias where the rule and the mask let a query read: -inf blocks the key, NaN and +inf are errors (found
         // by readability's pass).

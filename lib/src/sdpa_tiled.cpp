@@ -280,6 +280,9 @@ void bias_tile(const SdpaProblem<S>& p, Index b, Index q0, Index valid, const In
     }
 }
 
+// Whether the readable keys keys[0, n) are consecutive (then a bias row holds them side by side).
+inline bool consecutive(const Index* keys, Index n) { return n > 0 && keys[n - 1] - keys[0] == n - 1; }
+
 // Step 3c's explicit bias as stored, for lanes [0, nr) and the readable keys keys[0, nbj), in the layout of s
 // (bt[c * nr + rr]): lane rr reads the row at rows + min(rr, valid - 1) * row_stride (lanes past valid repeat the
 // last query's row, in bounds), key j at + j * key_stride. A transpose: 4 x 4 blocks in 128-bit vectors where the
@@ -291,7 +294,7 @@ void transpose_bias(const T* rows, Index row_stride, Index key_stride, const Ind
     Index c0 = 0;
 #if HWY_TARGET != HWY_SCALAR
     if constexpr (std::is_same_v<T, float>)
-        if (key_stride == 1 && nr % 4 == 0 && nbj > 0 && keys[nbj - 1] - keys[0] == nbj - 1) {
+        if (key_stride == 1 && nr % 4 == 0 && consecutive(keys, nbj)) {
             const hn::Full128<float> d4;
             const hn::Repartition<double, decltype(d4)> d2;
             for (; c0 + 4 <= nbj; c0 += 4)
@@ -321,7 +324,7 @@ void transpose_bias(const T* rows, Index row_stride, Index key_stride, const Ind
 template <class T>
 void prefetch_bias(const T* rows, Index row_stride, Index key_stride, const Index* keys, Index nbj, Index nr,
                    Index valid) {
-    if (key_stride != 1 || nbj <= 0 || keys[nbj - 1] - keys[0] != nbj - 1) return;
+    if (key_stride != 1 || !consecutive(keys, nbj)) return;
     constexpr Index line = 64 / sizeof(T);
     for (Index rr = 0; rr < std::min(nr, valid); ++rr) {
         const T* row = rows + rr * row_stride + keys[0];

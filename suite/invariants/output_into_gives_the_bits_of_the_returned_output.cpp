@@ -9,21 +9,6 @@
 
 namespace attn::suite {
 
-namespace {
-
-// The message of the exception `call` throws ("" when it throws none).
-template <class F>
-std::string refusal(F&& call) {
-    try {
-        call();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
-}
-
-}  // namespace
-
 Property output_into_gives_the_bits_of_the_returned_output() {
     Property p;
     p.name = "output_into_gives_the_bits_of_the_returned_output";
@@ -42,7 +27,7 @@ Property output_into_gives_the_bits_of_the_returned_output() {
             const SdpaOptions options = in.with_bias(o);
             const std::string what = std::string("into vs returned, backend ") + to_string(o.backend);
             std::optional<SdpaResult<T>> returned;
-            const std::string returned_error = refusal(
+            const std::string returned_error = thrown_message(
                 [&] { returned = scaled_dot_product_attention(in.q_view, in.k_view, in.v_view, in.allowed_view, options); });
             const Shape shape = returned ? returned->output.shape() : Shape{c.B, c.H, c.Tq, c.Dv};
             Tensor<T> out(shape, static_cast<T>(std::numeric_limits<float>::quiet_NaN()));
@@ -52,7 +37,7 @@ Property output_into_gives_the_bits_of_the_returned_output() {
                     scaled_dot_product_attention_into(target, in.q_view, in.k_view, in.v_view, in.allowed_view, opts);
                 };
             };
-            const std::string into_error = refusal(call(out.view(), options));
+            const std::string into_error = thrown_message(call(out.view(), options));
             if (returned_error.empty() != into_error.empty())
                 return what + ": " + (into_error.empty() ? "into accepted the case the other call refused: " + returned_error
                                                           : "into refused the case the other call accepted: " + into_error);

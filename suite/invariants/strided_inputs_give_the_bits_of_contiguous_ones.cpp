@@ -69,12 +69,7 @@ Property strided_inputs_give_the_bits_of_contiguous_ones() {
             const std::string what = std::string("q ") + names[lq] + ", k " + names[lk] + ", v " + names[lv] + poisoned;
             // Each call's output, or its error message.
             const auto outcome = [&](TensorView<const T> a, TensorView<const T> b, TensorView<const T> d, std::optional<SdpaResult<T>>& r) {
-                try {
-                    r = impl.run<T>(a, b, d, in.allowed_view, in.with_bias(c.options));
-                    return std::string();
-                } catch (const std::exception& e) {
-                    return std::string(e.what());
-                }
+                return thrown_message([&] { r = impl.run<T>(a, b, d, in.allowed_view, in.with_bias(c.options)); });
             };
             std::optional<SdpaResult<T>> strided, plain;
             const std::string strided_error = outcome(q, k, v, strided), plain_error = outcome(in.q_view, in.k_view, in.v_view, plain);
