@@ -47,6 +47,8 @@ Property a_large_softcap_is_plain_attention();
 Property a_minus_infinite_bias_is_a_false_in_the_mask();
 Property a_row_constant_bias_changes_nothing();
 Property alibi_equals_the_explicit_bias_it_describes();
+Property an_overflow_is_refused_by_name();
+Property the_forced_simd_target_is_the_one_fingerprinted();
 
 const std::vector<Property>& properties() {
     static const std::vector<Property> all = {
@@ -96,6 +98,8 @@ const std::vector<Property>& properties() {
         a_minus_infinite_bias_is_a_false_in_the_mask(),
         a_row_constant_bias_changes_nothing(),
         alibi_equals_the_explicit_bias_it_describes(),
+        an_overflow_is_refused_by_name(),
+        the_forced_simd_target_is_the_one_fingerprinted(),
     };
     return all;
 }

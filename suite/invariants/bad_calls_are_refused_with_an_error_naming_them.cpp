@@ -1,7 +1,10 @@
 // Invariant: a call the contract refuses throws the error of its kind, and the message names what is wrong, never a
 // crash, a silent NaN or a result. One corruption per case, drawn from: k's Dk unlike q's, v's Tk unlike k's, a
 // negative thread count, a NaN scale, a scale below the dtype's normal range (its rounding would not be relative),
-// a negative tiled block size, a NaN where a query reads. No mutant breaks a contract check (they share the driver's validation); this guards the
+// a negative tiled block size, a NaN where a query reads, a q of rank 1, batch shapes that do not broadcast, a mask
+// of more dims than the scores, a window side below -1, a bias of another dtype, of more dims than the scores or of
+// a shape that does not broadcast to them, a negative softcap, ALiBi slopes that do not broadcast to the batch shape
+// or an infinite slope. No mutant breaks a contract check (they share the driver's validation); this guards the
 // contract module's rejections, which no other property calls.
 #include <cmath>
 #include <limits>
@@ -12,7 +15,26 @@ namespace attn::suite {
 
 namespace {
 
-enum class Corruption { DkMismatch, TkMismatch, NegativeThreads, NanScale, SubnormalScale, NegativeBlock, NanRead, Count };
+enum class Corruption {
+    DkMismatch,
+    TkMismatch,
+    NegativeThreads,
+    NanScale,
+    SubnormalScale,
+    NegativeBlock,
+    NanRead,
+    RankOne,
+    BatchesDisagree,
+    MaskMoreDims,
+    WindowSide,
+    BiasDtype,
+    BiasMoreDims,
+    BiasShape,
+    NegativeSoftcap,
+    SlopesShape,
+    InfiniteSlope,
+    Count
+};
 
 const char* to_string(Corruption c) {
     switch (c) {
@@ -23,6 +45,16 @@ const char* to_string(Corruption c) {
         case Corruption::SubnormalScale: return "a scale below the normal range";
         case Corruption::NegativeBlock: return "tiled_key_block = -1";
         case Corruption::NanRead: return "a NaN in q, which its row reads";
+        case Corruption::RankOne: return "q of rank 1";
+        case Corruption::BatchesDisagree: return "k's heads unlike q's, neither of them 1";
+        case Corruption::MaskMoreDims: return "an allowed mask of rank 5";
+        case Corruption::WindowSide: return "window (-2, 0)";
+        case Corruption::BiasDtype: return "a bias of another dtype";
+        case Corruption::BiasMoreDims: return "a bias of rank 5";
+        case Corruption::BiasShape: return "a bias (Tq + 1, Tk)";
+        case Corruption::NegativeSoftcap: return "softcap = -1";
+        case Corruption::SlopesShape: return "ALiBi slopes (H + 1)";
+        case Corruption::InfiniteSlope: return "an infinite ALiBi slope";
         case Corruption::Count: break;
     }
     return "?";
@@ -33,19 +65,32 @@ const char* to_string(Corruption c) {
 Property bad_calls_are_refused_with_an_error_naming_them() {
     Property p;
     p.name = "bad_calls_are_refused_with_an_error_naming_them";
-    p.sentence = "A call with mismatched shapes, a negative thread count, a NaN or subnormal scale, a negative tiled "
-                 "block size, or a NaN where a query reads is refused with the error of its kind (ShapeError, ConfigError, ValueError) and a "
-                 "message naming the offending dimension, option or tensor.";
+    p.sentence = "A call with mismatched or non-broadcasting shapes (inputs, mask, bias, ALiBi slopes), a negative "
+                 "thread count, a NaN or subnormal scale, a negative tiled block size, a window side below -1, a "
+                 "negative softcap, a bias of another dtype, an infinite slope, or a NaN where a query reads is "
+                 "refused with the error of its kind (ShapeError, ConfigError, ValueError) and a message naming the "
+                 "offending dimension, option or tensor.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::None}); };
     p.breadth = 4;  // many refusals, one per case, each cheap
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         Rng rng(c.aux_seed);
         const auto kind = static_cast<Corruption>(rng.below(static_cast<std::uint64_t>(Corruption::Count)));
+        // The suite's adapter of the module's head path takes a rank-5 mask as the grouped-query layout's and merges
+        // its dims 1 and 2 (registry.cpp, run_mha_path): a rank-5 mask is not a mistake there.
+        if (kind == Corruption::MaskMoreDims && impl.name == "mha") return std::nullopt;
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {
             const Index B = c.B, H = c.H, Tq = c.Tq, Tk = c.Tk, Dk = c.Dk, Dv = c.Dv;
-            Tensor<T> q = normal_tensor<T>({B, H, Tq, Dk}, rng);
-            const Tensor<T> k = normal_tensor<T>({B, H, Tk, kind == Corruption::DkMismatch ? Dk + 1 : Dk}, rng);
-            const Tensor<T> v = normal_tensor<T>({B, H, kind == Corruption::TkMismatch ? Tk + 1 : Tk, Dv}, rng);
+            // Heads of q, and of k and v: with BatchesDisagree both above 1 and unequal, so they do not broadcast.
+            const Index Hq = kind == Corruption::BatchesDisagree ? H + 1 : H;
+            const Index Hkv = kind == Corruption::BatchesDisagree ? H + 2 : H;
+            Tensor<T> q = kind == Corruption::RankOne ? normal_tensor<T>({Dk}, rng)
+                                                      : normal_tensor<T>({B, Hq, Tq, Dk}, rng);
+            const Tensor<T> k = normal_tensor<T>({B, Hkv, Tk, kind == Corruption::DkMismatch ? Dk + 1 : Dk}, rng);
+            const Tensor<T> v = normal_tensor<T>({B, Hkv, kind == Corruption::TkMismatch ? Tk + 1 : Tk, Dv}, rng);
+            std::optional<Tensor<bool>> mask;
+            Tensor<T> bias, slopes;
+            using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+            Tensor<Other> other_bias;
             SdpaOptions options;
             const char *expected_kind = "", *keyword = "";
             switch (kind) {
@@ -71,9 +116,54 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
                         std::numeric_limits<T>::quiet_NaN();
                     expected_kind = "ValueError", keyword = "holds nan";
                     break;
+                case Corruption::RankOne: expected_kind = "ShapeError", keyword = "rank >= 2"; break;
+                case Corruption::BatchesDisagree:
+                    // The module's head path names its own rule: query heads a multiple of the K/V heads.
+                    expected_kind = "ShapeError", keyword = impl.name == "mha" ? "kv heads" : "do not broadcast";
+                    break;
+                case Corruption::MaskMoreDims:
+                    mask = Tensor<bool>({1, B, H, Tq, Tk}, true);
+                    expected_kind = "ShapeError", keyword = "has more dims than the scores";
+                    break;
+                case Corruption::WindowSide:
+                    options.window = SlidingWindow{.left = -2, .right = 0};
+                    expected_kind = "ConfigError", keyword = "sides must be -1 (unbounded) or >= 0";
+                    break;
+                case Corruption::BiasDtype:
+                    other_bias = Tensor<Other>({Tq, Tk}, Other(0));
+                    options.bias = FloatView(other_bias);
+                    expected_kind = "ConfigError", keyword = "bias has dtype";
+                    break;
+                case Corruption::BiasMoreDims:
+                    bias = Tensor<T>({1, B, H, Tq, Tk}, T(0));
+                    options.bias = FloatView(bias);
+                    expected_kind = "ShapeError", keyword = "has more dims than the scores";
+                    break;
+                case Corruption::BiasShape:
+                    bias = Tensor<T>({Tq + 1, Tk}, T(0));
+                    options.bias = FloatView(bias);
+                    expected_kind = "ShapeError", keyword = "does not broadcast to the scores";
+                    break;
+                case Corruption::NegativeSoftcap:
+                    options.softcap = -1, expected_kind = "ConfigError", keyword = "softcap must be 0 (off)";
+                    break;
+                case Corruption::SlopesShape:
+                    slopes = Tensor<T>({H + 1}, T(0.5));
+                    options.alibi_slopes = FloatView(slopes);
+                    expected_kind = "ShapeError", keyword = "alibi_slopes";
+                    break;
+                case Corruption::InfiniteSlope:
+                    slopes = Tensor<T>({H}, T(0.5));
+                    slopes[static_cast<Index>(rng.below(static_cast<std::uint64_t>(H)))] =
+                        std::numeric_limits<T>::infinity();
+                    options.alibi_slopes = FloatView(slopes);
+                    expected_kind = "ValueError", keyword = "every slope must be finite";
+                    break;
                 case Corruption::Count: break;
             }
-            return refused_with([&] { impl.run<T>(q.view(), k.view(), v.view(), std::nullopt, options); },
+            std::optional<TensorView<const bool>> mask_view;
+            if (mask) mask_view = mask->view();
+            return refused_with([&] { impl.run<T>(q.view(), k.view(), v.view(), mask_view, options); },
                                 to_string(kind), expected_kind, keyword);
         });
     };

@@ -10,7 +10,8 @@ Property key_padding_mask_allows_exactly_the_tokens_that_are_not_pad() {
     Property p;
     p.name = "key_padding_mask_allows_exactly_the_tokens_that_are_not_pad";
     p.sentence = "key_padding_allowed_mask gives the (B, 1, 1, Tk) mask that allows exactly the tokens that are not "
-                 "the pad id, and attention under it equals attention under that mask written out by hand.";
+                 "the pad id, and attention under it equals attention under that mask written out by hand; token ids "
+                 "of another rank are refused.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::None, .small = true}); };
     p.applies = [](const Implementation& impl) { return impl.name == "reference"; };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
@@ -31,6 +32,11 @@ Property key_padding_mask_allows_exactly_the_tokens_that_are_not_pad() {
                     return what + ": token " + std::to_string(ids[b * c.Tk + j]) + " at (" + std::to_string(b) + ", " +
                            std::to_string(j) + ") is " + (got[b * c.Tk + j] ? "allowed" : "blocked");
             }
+        // Token ids of another rank than (B, Tk) are refused.
+        const Tensor<std::int64_t> flat({c.B * c.Tk}, std::int64_t(0));
+        if (Verdict v = refused_with([&] { (void)key_padding_allowed_mask(flat.view(), pad); },
+                                     "key_padding_allowed_mask of 1-D token ids", "ShapeError", "must be (B, Tk)"))
+            return v;
         // Attention under it (rows left empty by an all-pad sequence follow the zero policy).
         SdpaCase library = c, hand = c;
         library.allowed_mask = got;

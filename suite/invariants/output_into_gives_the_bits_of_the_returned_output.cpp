@@ -2,7 +2,8 @@
 // scaled_dot_product_attention: into a tensor that held NaN before, it writes bitwise the output the other call
 // returns, or both calls refuse the case. And it refuses what only it can get wrong: an output that overlaps an input
 // (written while the input is read), an output of another shape, and a request for the weights or the lse (which it
-// has nowhere to put). Without this property the call that `attn bench` times would be checked by unit tests only.
+// has nowhere to put); the tiled backend refuses a request for the weights of the returned call too (it never forms
+// them). Without this property the call that `attn bench` times would be checked by unit tests only.
 #include <limits>
 
 #include "../checks.hpp"
@@ -14,7 +15,7 @@ Property output_into_gives_the_bits_of_the_returned_output() {
     p.name = "output_into_gives_the_bits_of_the_returned_output";
     p.sentence = "scaled_dot_product_attention_into writes into the caller's tensor, whatever it held, bitwise the output "
                  "scaled_dot_product_attention returns, and refuses an output that overlaps an input or has another "
-                 "shape, and a request for the weights or the lse.";
+                 "shape, and a request for the weights or the lse; backend tiled refuses to return the weights.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.bias = true}); };
     p.applies = [](const Implementation& impl) { return impl.name == "reference" || impl.name == "tiled"; };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
@@ -45,7 +46,20 @@ Property output_into_gives_the_bits_of_the_returned_output() {
             if (Verdict v = bitwise_equal(c, out, returned->output, what)) return v;
 
             // One refusal per case, drawn, each of its kind and naming what is wrong.
-            switch (rng.below(3)) {
+            switch (rng.below(4)) {
+            case 3: {
+                // The weights asked of the returned call: backend tiled never forms them and refuses; reference
+                // returns them beside the same output.
+                SdpaOptions asks = options;
+                asks.return_weights = true;
+                const auto with_weights = [&] {
+                    return scaled_dot_product_attention(in.q_view, in.k_view, in.v_view, in.allowed_view, asks);
+                };
+                if (o.backend == Backend::Tiled)
+                    return refused_with(with_weights, "backend tiled asked for the weights", "ConfigError",
+                                        "never forms the (Tq, Tk) weights");
+                return bitwise_equal(c, with_weights().output, returned->output, what + ", weights asked");
+            }
             case 0: {
                 SdpaOptions asks = options;
                 (rng.below(2) == 0 ? asks.return_weights : asks.return_lse) = true;

@@ -1,0 +1,162 @@
+// Invariant: finite inputs whose logits, logits plus bias, output or gradients overflow the compute type are refused
+// with a ValueError naming what overflowed, never returned as an infinity or a NaN. One overflow per case, drawn:
+// - logit: every q and k element c (k's sign drawn) with scale * c^2 * Dk beyond the largest finite number, so every
+//   allowed logit is +-inf: the call must refuse, naming "a logit (scale * q k^T)";
+// - logit plus bias: c with every logit near half the largest number, a bias of three quarters of it: each logit and
+//   each bias entry is finite, every sum is not: the call must refuse, naming "a logit plus its bias";
+// - output: every value the largest finite number: each output element is a weighted mean of them, whose exact value
+//   is finite, but an implementation that sums before it divides overflows: the call either returns finite outputs
+//   or refuses naming "the output (weights @ v)";
+// - gradient (implementations with a backward pass): dout of three quarters of the largest number: the gradients
+//   either come back finite or the call refuses naming what overflowed.
+// The 16-bit float16 cannot overflow a float logit (65504^2 Dk is far below float's range): its logit cases are
+// skipped. The generators otherwise keep every input in range, so without this property the library's overflow
+// checks (each a throw in a kernel's inner loop) would run under the unit tests only.
+#include <cmath>
+#include <limits>
+
+#include "../checks.hpp"
+
+namespace attn::suite {
+
+namespace {
+
+enum class Overflow { Logit, LogitPlusBias, Output, Gradient, Count };
+
+// The case's message when the call returned something that is not finite (a silent overflow), else nullopt.
+template <class T>
+Verdict all_finite(const Tensor<T>& t, const char* name, const std::string& what) {
+    for (Index x = 0; x < t.numel(); ++x)
+        if (!std::isfinite(static_cast<double>(t[x])))
+            return what + ": the call returned " + num(static_cast<double>(t[x])) + " in " + name + " at flat index " +
+                   std::to_string(x) + " without refusing the case";
+    return std::nullopt;
+}
+
+// A refusal naming what overflowed: a ValueError that says so, and that the inputs were finite.
+Verdict overflow_refusal(const std::string& message, const std::string& kind, const std::string& named,
+                         const std::string& what) {
+    if (kind != "ValueError") return what + ": expected a ValueError, got " + kind + ": " + message;
+    for (const std::string& word : {named, std::string("overflowed"), std::string("although every readable input is finite")})
+        if (message.find(word) == std::string::npos)
+            return what + ": the message does not say '" + word + "': " + message;
+    return std::nullopt;
+}
+
+// Runs `call`: "" and "" when it returns; else the error's kind and message (Unsupported passes: the case is skipped).
+template <class Call>
+std::pair<std::string, std::string> outcome(Call&& call) {
+    try {
+        call();
+    } catch (const ValueError& e) {
+        return {"ValueError", e.what()};
+    } catch (const Unsupported&) {
+        throw;
+    } catch (const std::exception& e) {
+        return {"another exception", e.what()};
+    }
+    return {"", ""};
+}
+
+}  // namespace
+
+Property an_overflow_is_refused_by_name() {
+    Property p;
+    p.name = "an_overflow_is_refused_by_name";
+    p.sentence = "Finite inputs whose logits, logits plus bias, output or gradients overflow are refused with a "
+                 "ValueError naming what overflowed (every logit overflowing must be refused), never returned as an "
+                 "infinity or a NaN.";
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {}); };
+    // The library's own paths: the test kernels of kernels/ and a user's kernel need not check for overflow.
+    p.applies = [](const Implementation& impl) { return is_library_path(impl); };
+    p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
+        Rng rng(c.aux_seed);
+        const auto kind = static_cast<Overflow>(rng.below(static_cast<std::uint64_t>(Overflow::Count)));
+        if (kind == Overflow::Gradient && !impl.has_backward()) return std::nullopt;
+        return with_dtype(c.dtype, [&]<class T>() -> Verdict {
+            using C = compute_t<T>;
+            const double top = static_cast<double>(std::numeric_limits<T>::max());
+            const bool logit_can_overflow = top * top > static_cast<double>(std::numeric_limits<C>::max());
+            if ((kind == Overflow::Logit || kind == Overflow::LogitPlusBias) && (!logit_can_overflow || c.Dk == 0))
+                return std::nullopt;
+            // The case with every row allowed to be empty (a refusal for an empty row would come first), no soft cap
+            // (it would bound the logits), no ALiBi and only this property's bias.
+            SdpaCase o = c;
+            o.options.empty_rows = EmptyRowPolicy::Zero;
+            o.options.check_finite = true;
+            o.options.softcap = 0;
+            o.options.return_weights = o.options.return_lse = false;
+            o.alibi_slopes.reset(), o.alibi_kind = "none";
+            o.bias.reset(), o.bias_kind = "none";
+            o.seed.reset(), o.distribution = "overflow";  // the values below are this property's, not the recipe's
+            const double scale = o.options.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.Dk)));
+            const double c_max = static_cast<double>(std::numeric_limits<C>::max());
+            std::string named, what;
+            switch (kind) {
+                case Overflow::Logit: {
+                    // c^2 * scale * Dk at least 4 times C's largest number, c itself finite in T.
+                    const double cq =
+                        std::min(2 * std::sqrt(c_max) / std::sqrt(scale * static_cast<double>(c.Dk)), top);
+                    const double sign = rng.below(2) == 0 ? 1.0 : -1.0;
+                    std::fill_n(o.q.data(), o.q.numel(), cq);
+                    std::fill_n(o.k.data(), o.k.numel(), sign * cq);
+                    named = "a logit (scale * q k^T)", what = std::string("every logit ") + (sign > 0 ? "+inf" : "-inf");
+                    break;
+                }
+                case Overflow::LogitPlusBias: {
+                    // q.k = Dk c^2 = c_max / 2 (no partial sum overflows), the logit scale c_max / 2, the bias T's
+                    // largest number. T's rounding of c moves the logit by under 1%: the case is kept only where
+                    // the sum overflows and the logit does not with 10% to spare.
+                    const double cq = std::sqrt(c_max) / std::sqrt(2 * static_cast<double>(c.Dk));
+                    const double logit = scale * c_max / 2;
+                    const C low_sum = static_cast<C>(static_cast<C>(top) + static_cast<C>(0.9 * logit));
+                    if (!(cq < top) || !(1.1 * logit < c_max) || !std::isinf(low_sum)) return std::nullopt;
+                    std::fill_n(o.q.data(), o.q.numel(), cq);
+                    std::fill_n(o.k.data(), o.k.numel(), cq);
+                    o.bias = Tensor<double>({c.Tq, c.Tk}, top), o.bias_kind = "constant";
+                    named = "a logit plus its bias", what = "logits of scale * c_max / 2 plus a bias of the largest number";
+                    break;
+                }
+                case Overflow::Output:
+                    std::fill_n(o.v.data(), o.v.numel(), top);
+                    named = "the output (weights @ v)", what = "every value the largest finite number";
+                    break;
+                case Overflow::Gradient:
+                case Overflow::Count: what = "dout of 3/4 of the largest finite number"; break;
+            }
+            what += " (" + impl.name + ")";
+
+            if (kind != Overflow::Gradient) {
+                Tensor<T> out;
+                const auto [error_kind, message] = outcome([&] { out = run_impl<T>(impl, o, o.options); });
+                if (error_kind.empty()) {
+                    // Accepted: only the output's overflow may be absent (a mean of finite values is finite).
+                    if (kind != Overflow::Output) {
+                        const Tensor<bool> allowed = expanded_allowed(o);
+                        for (Index x = 0; x < allowed.numel(); ++x)
+                            if (allowed[x]) return what + ": the call was accepted although every allowed logit overflows";
+                        return std::nullopt;  // no allowed pair: no logit is computed
+                    }
+                    return all_finite(out, "the output", what);
+                }
+                return overflow_refusal(message, error_kind, named, what);
+            }
+            // Gradient: dout in the output's shape and layout, every element 3/4 of T's largest number.
+            const CaseInputs<T> in = make_inputs<T>(o);
+            Shape out_shape = in.q_view.shape();
+            out_shape.back() = c.Dv;
+            const Tensor<T> dout(out_shape, static_cast<T>(0.75 * top));
+            std::optional<BackwardRun<T>> run;
+            const auto [error_kind, message] = outcome([&] { run = run_backward<T>(impl, o, o.options, &dout); });
+            if (error_kind.empty()) {
+                if (Verdict v = all_finite(run->grads.dq, "dq", what)) return v;
+                if (Verdict v = all_finite(run->grads.dk, "dk", what)) return v;
+                return all_finite(run->grads.dv, "dv", what);
+            }
+            return overflow_refusal(message, error_kind, "", what);
+        });
+    };
+    return p;
+}
+
+}  // namespace attn::suite
