@@ -4,6 +4,7 @@
 //   allowed logit is +-inf: the call must refuse, naming "a logit (scale * q k^T)";
 // - logit plus bias: c with every logit near half the largest number, a bias of three quarters of it: each logit and
 //   each bias entry is finite, every sum is not: the call must refuse, naming "a logit plus its bias";
+//   sdpa_backward, which recomputes the logits, called on its own on the same inputs, must refuse them the same way;
 // - output: every value the largest finite number: each output element is a weighted mean of them, whose exact value
 //   is finite, but an implementation that sums before it divides overflows: the call either returns finite outputs
 //   or refuses naming "the output (weights @ v)";
@@ -139,7 +140,24 @@ Property an_overflow_is_refused_by_name() {
                     }
                     return all_finite(out, "the output", what);
                 }
-                return overflow_refusal(message, error_kind, named, what);
+                if (Verdict v = overflow_refusal(message, error_kind, named, what)) return v;
+                if (kind == Overflow::Output || (impl.name != "reference" && impl.name != "tiled")) return std::nullopt;
+                // The backward recomputes the logits: called on its own (a zero output and lse stand in for the
+                // forward's, which refused), it must refuse them the same way.
+                const CaseInputs<T> in = make_inputs<T>(o);
+                SdpaOptions backward_options = in.with_bias(o.options);
+                backward_options.backend = impl.name == "reference" ? Backend::Reference : Backend::Tiled;
+                Shape out_shape = in.q_view.shape();
+                out_shape.back() = c.Dv;
+                const Shape lse_shape(out_shape.begin(), out_shape.end() - 1);
+                const Tensor<T> zero_out(out_shape, T(0)), dout(out_shape, T(1));
+                const Tensor<C> zero_lse(lse_shape, C(0));
+                const auto [backward_kind, backward_message] = outcome([&] {
+                    (void)sdpa_backward(in.q_view, in.k_view, in.v_view, zero_out.view(), zero_lse.view(), dout.view(),
+                                        in.allowed_view, backward_options);
+                });
+                if (backward_kind.empty()) return what + ", sdpa_backward: the call was accepted";
+                return overflow_refusal(backward_message, backward_kind, named, what + ", sdpa_backward");
             }
             // Gradient: dout in the output's shape and layout, every element 3/4 of T's largest number.
             const CaseInputs<T> in = make_inputs<T>(o);

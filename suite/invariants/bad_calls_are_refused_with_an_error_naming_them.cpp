@@ -4,7 +4,7 @@
 // a negative tiled block size, a NaN where a query reads, a q of rank 1, batch shapes that do not broadcast, a mask
 // of more dims than the scores, a window side below -1, a bias of another dtype, of more dims than the scores or of
 // a shape that does not broadcast to them, a negative softcap, ALiBi slopes that do not broadcast to the batch shape
-// or an infinite slope. No mutant breaks a contract check (they share the driver's validation); this guards the
+// or an infinite slope, the lse asked of the module's head path, a NaN in the bias where a query reads. No mutant breaks a contract check (they share the driver's validation); this guards the
 // contract module's rejections, which no other property calls.
 #include <cmath>
 #include <limits>
@@ -33,6 +33,8 @@ enum class Corruption {
     NegativeSoftcap,
     SlopesShape,
     InfiniteSlope,
+    LseOnHeadPath,
+    NanBias,
     Count
 };
 
@@ -55,6 +57,8 @@ const char* to_string(Corruption c) {
         case Corruption::NegativeSoftcap: return "softcap = -1";
         case Corruption::SlopesShape: return "ALiBi slopes (H + 1)";
         case Corruption::InfiniteSlope: return "an infinite ALiBi slope";
+        case Corruption::LseOnHeadPath: return "the lse asked of the module's head path";
+        case Corruption::NanBias: return "a NaN in the bias where a query reads";
         case Corruption::Count: break;
     }
     return "?";
@@ -78,6 +82,8 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
         // The suite's adapter of the module's head path takes a rank-5 mask as the grouped-query layout's and merges
         // its dims 1 and 2 (registry.cpp, run_mha_path): a rank-5 mask is not a mistake there.
         if (kind == Corruption::MaskMoreDims && impl.name == "mha") return std::nullopt;
+        // The lse is a refusal of the module's head path only (the SDPA backends return it).
+        if (kind == Corruption::LseOnHeadPath && impl.name != "mha") return std::nullopt;
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {
             const Index B = c.B, H = c.H, Tq = c.Tq, Tk = c.Tk, Dk = c.Dk, Dv = c.Dv;
             // Heads of q, and of k and v: with BatchesDisagree both above 1 and unequal, so they do not broadcast.
@@ -158,6 +164,17 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
                         std::numeric_limits<T>::infinity();
                     options.alibi_slopes = FloatView(slopes);
                     expected_kind = "ValueError", keyword = "every slope must be finite";
+                    break;
+                case Corruption::LseOnHeadPath:
+                    options.return_lse = true, expected_kind = "ConfigError", keyword = "returns no lse";
+                    break;
+                case Corruption::NanBias:
+                    // No mask and no positional rule here: every position is read.
+                    bias = Tensor<T>({Tq, Tk}, T(0));
+                    bias[static_cast<Index>(rng.below(static_cast<std::uint64_t>(Tq * Tk)))] =
+                        std::numeric_limits<T>::quiet_NaN();
+                    options.bias = FloatView(bias);
+                    expected_kind = "ValueError", keyword = "holds nan";
                     break;
                 case Corruption::Count: break;
             }

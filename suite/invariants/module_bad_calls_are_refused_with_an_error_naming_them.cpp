@@ -5,7 +5,10 @@
 // the wrong shape, a query whose feature width is not embed_dim, forward_cross on a module whose kdim and vdim
 // differ, key padding given in both conventions, a negative tiled block size, a parameter holding NaN or Inf with
 // check_finite on (named with its shape, the value and its row and column, or its index for a bias), and the head
-// path (multi_head_sdpa) given projected states whose shapes or head counts disagree, or a negative block size.
+// path (multi_head_sdpa) given projected states whose shapes or head counts disagree, or a negative block size, and
+// its backward a dout of another shape than the context's; a
+// forward given states of rank 2, of different B or different Tk in keys and values, a mask of rank 5 or one that does
+// not broadcast to (B, H, Tq, Tk), or key padding that is not (B, Tk).
 // bad_calls_are_refused_with_an_error_naming_them does the same for SDPA; this one reaches the module's own checks,
 // which the generators of valid calls never do.
 #include <functional>
@@ -19,7 +22,8 @@ namespace {
 
 enum class Refusal {
     EmbedNotDivisible, HeadsNotMultiple, ZeroSize, DropoutOne, PackedWeight, PackedBias, BiasWithoutBias,
-    SetterShape, PackedShape, HeadPathShape, QueryWidth, CrossWidths, PaddingTwice, NegativeBlock, NonFiniteParameter, Count
+    SetterShape, PackedShape, HeadPathShape, QueryWidth, CrossWidths, PaddingTwice, NegativeBlock, NonFiniteParameter,
+    StatesShape, Count
 };
 
 template <class T>
@@ -120,7 +124,7 @@ Verdict refusal_check(const SdpaCase& c) {
             // multi_head_sdpa, the head path on projected states, given inconsistent shapes: one of six.
             Shape qs{B, Tq, H * Dh}, ks{B, Tk, G * Dh}, vs{B, Tk, G * Dh};
             Index heads = H, kv_heads = G;
-            const std::uint64_t which = rng.below(7);
+            const std::uint64_t which = rng.below(9);
             MhaOptions head_options;
             expected_kind = "ShapeError";
             if (which == 0) {
@@ -137,13 +141,30 @@ Verdict refusal_check(const SdpaCase& c) {
                             keyword = "v_projected width " + std::to_string(G * Dh + 1) + " is not a multiple of num_kv_heads=" + std::to_string(G);
             if (which == 5 && G == 1) vs[2] = 2 * Dh + 1, heads = kv_heads = 2, ks[2] = 2 * Dh, qs[2] = 2 * Dh,
                                       keyword = "v_projected width " + std::to_string(2 * Dh + 1) + " is not a multiple of num_kv_heads=2";
+            if (which == 7) {
+                // q_projected one column wider than num_heads heads of Dh (two heads at least, so that it does not
+                // divide).
+                if (H == 1) heads = kv_heads = 2, ks[2] = vs[2] = 2 * Dh;
+                qs[2] = heads * Dh + 1;
+                keyword = "q_projected width " + std::to_string(qs[2]) + " is not a multiple of num_heads=" + std::to_string(heads);
+            }
             if (which == 6) head_options.tiled_key_block = -1, expected_kind = "ConfigError",
                             keyword = "tiled_query_block and tiled_key_block must be >= 0";
-            what = std::string(which == 6 ? "tiled_key_block -1: " : "") + "multi_head_sdpa with q_projected " + to_string(qs) + ", k_projected " + to_string(ks) + ", v_projected " +
+            // 8: the backward given a dout one column wider than the context (B, Tq, num_heads*Dv).
+            const bool backward = which == 8;
+            if (backward) keyword = "dout must have the context's shape (B, Tq, num_heads*Dv)";
+            what = std::string(which == 6 ? "tiled_key_block -1: " : "") + (backward ? "multi_head_sdpa_backward, dout one column wide too many, " : "") +
+                   "multi_head_sdpa with q_projected " + to_string(qs) + ", k_projected " + to_string(ks) + ", v_projected " +
                    to_string(vs) + ", num_heads " + std::to_string(heads) + ", num_kv_heads " + std::to_string(kv_heads);
-            call = [&, qs, ks, vs, heads, kv_heads, head_options] {
+            call = [&, qs, ks, vs, heads, kv_heads, head_options, backward] {
                 const Tensor<T> q = normal_tensor<T>(qs, rng), k = normal_tensor<T>(ks, rng), v = normal_tensor<T>(vs, rng);
-                (void)multi_head_sdpa(q.view(), k.view(), v.view(), heads, kv_heads, std::nullopt, head_options);
+                if (!backward) {
+                    (void)multi_head_sdpa(q.view(), k.view(), v.view(), heads, kv_heads, std::nullopt, head_options);
+                    return;
+                }
+                const Tensor<T> dout = normal_tensor<T>({qs[0], qs[1], heads * Dh + 1}, rng);
+                (void)multi_head_sdpa_backward(q.view(), k.view(), v.view(), dout.view(), heads, kv_heads, std::nullopt,
+                                               head_options);
             };
             break;
         }
@@ -218,6 +239,33 @@ Verdict refusal_check(const SdpaCase& c) {
             };
             break;
         }
+        case Refusal::StatesShape: {
+            // forward's states or masks of a shape the module cannot take: one of six.
+            const std::uint64_t which = rng.below(6);
+            Shape qs{B, Tq, E}, ks{B, Tk, E}, vs{B, Tk, E};
+            std::optional<Shape> mask_shape, padding_shape;
+            expected_kind = "ShapeError";
+            if (which == 0) qs = {B * Tq, E}, keyword = "inputs must be (B, T, features)";
+            if (which == 1) vs[0] = B + 1, keyword = "query, key and value states must have the same B";
+            if (which == 2) vs[1] = Tk + 1, keyword = "key_states has Tk=" + std::to_string(Tk) + " but value_states has Tk=" + std::to_string(Tk + 1);
+            if (which == 3) mask_shape = Shape{1, B, H, Tq, Tk}, keyword = "must be 2-D (Tq, Tk), 3-D (B, Tq, Tk) or 4-D (B, H, Tq, Tk)";
+            if (which == 4) mask_shape = Shape{Tq + 1, Tk}, keyword = "does not broadcast to (B, H, Tq, Tk)";
+            if (which == 5) padding_shape = Shape{B, Tk + 1}, keyword = "key_padding_allowed must be (B, Tk)";
+            what = "forward with query " + to_string(qs) + ", key " + to_string(ks) + ", value " + to_string(vs) +
+                   (mask_shape ? ", mask " + to_string(*mask_shape) : "") +
+                   (padding_shape ? ", key padding " + to_string(*padding_shape) : "");
+            call = [&, qs, ks, vs, mask_shape, padding_shape] {
+                const Tensor<T> q = normal_tensor<T>(qs, rng), k = normal_tensor<T>(ks, rng), v = normal_tensor<T>(vs, rng);
+                const Tensor<bool> mask(mask_shape.value_or(Shape{Tq, Tk}), true);
+                const Tensor<bool> padding(padding_shape.value_or(Shape{B, Tk}), true);
+                MhaOptions options;
+                if (padding_shape) options.key_padding_allowed = padding.view();
+                std::optional<TensorView<const bool>> allowed;
+                if (mask_shape) allowed = mask.view();
+                (void)module(config).forward(q.view(), k.view(), v.view(), allowed, options);
+            };
+            break;
+        }
         case Refusal::Count: break;
     }
     return refused_with(call, what, expected_kind, keyword);
@@ -230,7 +278,8 @@ Property module_bad_calls_are_refused_with_an_error_naming_them() {
     p.name = "module_bad_calls_are_refused_with_an_error_naming_them";
     p.sentence = "A MultiHeadAttention configuration, setter or forward call the contract refuses (indivisible heads, "
                  "a size of 0, dropout of 1, a packed projection the module cannot take, a bias it has not, a wrong "
-                 "shape, key padding given twice, a negative block size, a non-finite parameter) throws ConfigError or ShapeError with a "
+                 "shape of a parameter, a state, a mask or key padding, key padding given twice, a negative block size, a "
+                 "non-finite parameter) throws ConfigError or ShapeError with a "
                  "message naming what is wrong.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::None, .small = true, .softcap = false}); };
     p.applies = [](const Implementation& impl) { return impl.name == "mha"; };
