@@ -195,8 +195,16 @@ MhaResult<T> attend_heads(const std::string& function, TensorView<const T> q, Te
                           const HeadReadability& readable, const MhaOptions& options, const MhaDropout& dropout) {
     const Index B = q.dim(0), Tq = q.dim(1), Tk = k.dim(1), Dv = G > 0 ? v.dim(2) / G : 0;
     const bool apply_dropout = options.training && dropout.p > 0.0;
-    SdpaResult<T> attended =
-        attend_split_heads(q, k, v, H, G, masks, bias, options, apply_dropout || options.weights != MhaWeights::None);
+    SdpaResult<T> attended = [&] {
+        try {
+            return attend_split_heads(q, k, v, H, G, masks, bias, options,
+                                      apply_dropout || options.weights != MhaWeights::None);
+        } catch (const ValueError& e) {
+            // The inputs were checked above, so this is an overflow inside the split heads' SDPA, whose message
+            // names "sdpa" and the split shapes: prefixed with the function the caller called.
+            throw ValueError(function + ": in the split heads' attention, " + e.what());
+        }
+    }();
     MhaResult<T> result{Tensor<T>({B, Tq, H * Dv}), std::nullopt};
     if (!apply_dropout)
         merge_heads(attended.output.data(), B, H, Tq, Dv, result.output.data());
