@@ -8,8 +8,7 @@
 // - output: every value the largest finite number: each output element is a weighted mean of them, whose exact value
 //   is finite, but an implementation that sums before it divides overflows: the call either returns finite outputs
 //   or refuses naming "the output (weights @ v)"; so must the module's head path with dropout 0.9 in training mode
-//   on values of half the largest number (kept weights are multiplied by 10 before the values), naming
-//   multi_head_sdpa and "the output (dropped-out weights @ v)";
+//   (kept weights are multiplied by 10 before the values), naming multi_head_sdpa and the output that overflowed;
 // - gradient (implementations with a backward pass): dout of three quarters of the largest number: the gradients
 //   either come back finite or the call refuses naming what overflowed.
 // The 16-bit float16 cannot overflow a float logit (65504^2 Dk is far below float's range): its logit cases are
@@ -143,13 +142,14 @@ Property an_overflow_is_refused_by_name() {
                     }
                     if (Verdict v = all_finite(out, "the output", what)) return v;
                     if (impl.name != "mha") return std::nullopt;
-                    // The head path in training mode: values of half the largest number (their weighted mean, which
-                    // the heads' attention forms too, stays finite), weights kept multiplied by 1/(1 - p) = 10 before
-                    // the values, so a row whose kept weights sum past 1/5 overflows.
+                    // The head path in training mode on the same values: the weights kept are multiplied by
+                    // 1/(1 - p) = 10 before the values, so a row whose kept weights sum past 1/10 overflows (the
+                    // heads' attention forms the plain mean too, which may round past the largest number). The
+                    // refusal names the function called, whichever of the two overflowed.
                     Rng draws(c.aux_seed ^ 0x5eed);
                     const Tensor<T> qp = normal_tensor<T>({c.B, c.Tq, c.H * c.Dk}, draws);
                     const Tensor<T> kp = normal_tensor<T>({c.B, c.Tk, c.kv_heads * c.Dk}, draws);
-                    const Tensor<T> vp({c.B, c.Tk, c.kv_heads * c.Dv}, static_cast<T>(top / 2));
+                    const Tensor<T> vp({c.B, c.Tk, c.kv_heads * c.Dv}, static_cast<T>(top));
                     MhaOptions head_options;
                     head_options.empty_rows = EmptyRowPolicy::Zero;
                     std::optional<MhaResult<T>> dropped;
@@ -157,11 +157,14 @@ Property an_overflow_is_refused_by_name() {
                         dropped = multi_head_sdpa(qp.view(), kp.view(), vp.view(), c.H, c.kv_heads, std::nullopt,
                                                   head_options, MhaDropout{0.9, c.aux_seed});
                     });
-                    if (dropout_kind.empty()) return all_finite(dropped->output, "the dropped-out output", what + ", dropout 0.9");
+                    const std::string dropout_what = what + ", dropout 0.9";
+                    if (dropout_kind.empty()) return all_finite(dropped->output, "the dropped-out output", dropout_what);
                     if (dropout_message.rfind("multi_head_sdpa: ", 0) != 0)
-                        return what + ", dropout 0.9: the refusal does not name multi_head_sdpa: " + dropout_message;
-                    return overflow_refusal(dropout_message, dropout_kind, "the output (dropped-out weights @ v)",
-                                            what + ", dropout 0.9");
+                        return dropout_what + ": the refusal does not name multi_head_sdpa: " + dropout_message;
+                    const bool plain = dropout_message.find("the output (weights @ v)") != std::string::npos;
+                    return overflow_refusal(dropout_message, dropout_kind,
+                                            plain ? "the output (weights @ v)" : "the output (dropped-out weights @ v)",
+                                            dropout_what);
                 }
                 if (Verdict v = overflow_refusal(message, error_kind, named, what)) return v;
                 if (kind == Overflow::Output || (impl.name != "reference" && impl.name != "tiled")) return std::nullopt;
