@@ -49,6 +49,7 @@ Property a_row_constant_bias_changes_nothing();
 Property alibi_equals_the_explicit_bias_it_describes();
 Property an_overflow_is_refused_by_name();
 Property the_forced_simd_target_is_the_one_fingerprinted();
+Property auto_is_the_backend_its_rule_picks();
 
 const std::vector<Property>& properties() {
     static const std::vector<Property> all = {
@@ -100,6 +101,7 @@ const std::vector<Property>& properties() {
         alibi_equals_the_explicit_bias_it_describes(),
         an_overflow_is_refused_by_name(),
         the_forced_simd_target_is_the_one_fingerprinted(),
+        auto_is_the_backend_its_rule_picks(),
     };
     return all;
 }
