@@ -269,7 +269,7 @@ void draw_mask(SdpaCase& c, const CaseSpec& spec, Rng& rng) {
             break;
         case Masks::Causal: kind = *rc::gen::element<std::string>("causal-tl", "causal-br"); break;
         case Masks::UnreadableKeys:
-            kind = *rc::gen::element<std::string>("padding", "causal-tl+padding", "causal-tl-short");
+            kind = *rc::gen::element<std::string>("padding", "causal-tl+padding", "causal-tl-short", "window-short");
             break;
         case Masks::Explicit:
             kind = *rc::gen::weightedElement<std::string>({{1, "causal-tl"}, {1, "causal-br"}, {1, "padding"},
@@ -285,6 +285,9 @@ void draw_mask(SdpaCase& c, const CaseSpec& spec, Rng& rng) {
         kind = "causal-tl";
         if (c.Tk <= c.Tq) c.Tk = c.Tq + *inRange<Index>(1, 4);
     }
+    // A bottom-right window, no mask, whose left side leaves the first keys nobody's (Tk > Tq + left below).
+    const bool short_window = kind == "window-short";
+    if (short_window) kind = "window";
     const bool windowed = kind == "window" || kind == "causal+window";
     // Tq <= Tk: then no window, causal rule or padding leaves a query row without a key.
     if ((kind == "causal-br" || kind == "causal-tl+padding" || windowed) && c.Tq > c.Tk) std::swap(c.Tq, c.Tk);
@@ -305,6 +308,11 @@ void draw_mask(SdpaCase& c, const CaseSpec& spec, Rng& rng) {
             return *rc::gen::weightedElement<Index>({{1, -1}, {2, 0}, {2, 1}, {2, 3}, {1, 8}});
         };
         c.options.window = SlidingWindow{side(), side(), a};
+        if (short_window) {
+            const Index left = *inRange<Index>(0, 4);
+            c.Tk = std::max(c.Tk, c.Tq + left + *inRange<Index>(1, 4));
+            c.options.window = SlidingWindow{left, c.options.window->right, CausalAlignment::BottomRight};
+        }
         if (kind == "causal+window") c.options.is_causal = true, c.options.alignment = a;
         if (spec.masks == Masks::Blocking) {
             // Blocking something: else the one-key band (0, 0), which blocks every key but one (Tk >= 2 here).

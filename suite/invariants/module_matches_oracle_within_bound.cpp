@@ -102,8 +102,8 @@ struct ModuleCall {
 };
 
 // The case's bias in a form the module takes: (Tq, Tk) as 2-D, (B, H, Tq, Tk) as 4-D, any other written out to
-// (B, H, Tq, Tk) (the module reads a 3-D bias as (B, Tq, Tk), not NumPy's (H, Tq, Tk)); sometimes a float key
-// padding (B, Tk) on top, with a -inf for one key in eight (summed with the bias in the dtype, as PyTorch does);
+// (B, H, Tq, Tk) (the module reads a 3-D bias as (B, Tq, Tk), not NumPy's (H, Tq, Tk)); one call in two a float key
+// padding (B, Tk) on top (the merge of the two is a shape computation of its own), with a -inf for one key in eight (summed with the bias in the dtype, as PyTorch does);
 // the case's ALiBi slopes, (H) or (B, H), as they are.
 template <class T>
 std::string draw_bias(const SdpaCase& c, ModuleCall<T>& call, Rng& rng) {
@@ -114,7 +114,7 @@ std::string draw_bias(const SdpaCase& c, ModuleCall<T>& call, Rng& rng) {
         call.bias = cast_tensor<T>(as_is ? *c.bias : expanded_bias(c));
         what += ", bias " + to_string(call.bias->shape());
     }
-    if (rng.below(4) == 0 && (c.bias || c.alibi_slopes)) {
+    if (rng.below(2) == 0 && (c.bias || c.alibi_slopes)) {
         Tensor<T> padding({c.B, c.Tk});
         for (Index f = 0; f < padding.numel(); ++f)
             padding[f] = static_cast<T>(rng.below(8) == 0 ? -std::numeric_limits<double>::infinity() : rng.uniform(-2, 2));

@@ -1,7 +1,8 @@
 // scaled_dot_product_attention_into (the caller's output tensor, no allocation) is the same computation as
 // scaled_dot_product_attention: into a tensor that held NaN before, it writes bitwise the output the other call
 // returns, or both calls refuse the case. And it refuses what only it can get wrong: an output that overlaps an input
-// (written while the input is read), an output of another shape, and a request for the weights or the lse (which it
+// (written while the input is read; q, k or v, by all of it or by one element, while an output just before an input
+// is accepted), an output of another shape, and a request for the weights or the lse (which it
 // has nowhere to put); the tiled backend refuses a request for the weights of the returned call too (it never forms
 // them). Without this property the call that `attn bench` times would be checked by unit tests only.
 #include <limits>
@@ -73,11 +74,39 @@ Property output_into_gives_the_bits_of_the_returned_output() {
                 return refused_with(call(wrong.view(), options), "into an output of shape " + to_string(other),
                                     "ShapeError", "out must have the output's shape");
             }
-            default:
-                // The output laid over q's own storage (no more elements than q has): it overlaps q.
-                if (out.numel() == 0 || out.numel() > in.q.numel()) return std::nullopt;
-                return refused_with(call(TensorView<T>(in.q.data(), shape), options), "into an output over q's storage",
-                                    "ConfigError", "out overlaps an input");
+            default: {
+                // The output against q's, k's or v's storage (drawn): laid over its start, or at the edge of a
+                // buffer holding a copy of the input right after it, sharing one element (refused) or none
+                // (accepted, with the returned output's bits).
+                const std::uint64_t which = rng.below(3);
+                const char* name = which == 0 ? "q" : which == 1 ? "k" : "v";
+                Tensor<T>& storage = which == 0 ? in.q : which == 1 ? in.k : in.v;
+                if (out.numel() == 0) return std::nullopt;
+                if (rng.below(2) == 0) {
+                    if (out.numel() > storage.numel()) return std::nullopt;
+                    return refused_with(call(TensorView<T>(storage.data(), shape), options),
+                                        std::string("into an output over ") + name + "'s storage", "ConfigError",
+                                        "out overlaps an input");
+                }
+                TensorView<const T> views[3] = {in.q_view, in.k_view, in.v_view};
+                const Tensor<T> dense = Tensor<T>::copy_of(views[which]);
+                const bool touching = rng.below(2) == 0;
+                const Index offset = out.numel() - (touching ? 1 : 0);
+                Tensor<T> buffer({offset + dense.numel()}, static_cast<T>(std::numeric_limits<float>::quiet_NaN()));
+                std::copy_n(dense.data(), dense.numel(), buffer.data() + offset);
+                views[which] = TensorView<const T>(buffer.data() + offset, dense.shape());
+                const TensorView<T> target(buffer.data(), shape);
+                const auto into = [&] {
+                    scaled_dot_product_attention_into(target, views[0], views[1], views[2], in.allowed_view, options);
+                };
+                const std::string where = std::string("into an output ") +
+                                          (touching ? "whose last element is the first of " : "just before ") + name;
+                if (touching) return refused_with(into, where, "ConfigError", "out overlaps an input");
+                const std::string error = thrown_message(into);
+                if (!error.empty()) return what + ": " + where + " was refused: " + error;
+                return bitwise_equal(c, Tensor<T>::copy_of(TensorView<const T>(buffer.data(), shape)), returned->output,
+                                     what + ", " + where);
+            }
             }
         });
     };
