@@ -125,17 +125,33 @@ Tensor<T> normal_tensor(const Shape& shape, Rng& rng) {
     return t;
 }
 
-// The message of the exception `call` throws, "" when it throws none (Unsupported passes: the case is skipped).
+// What `call` threw: its kind ("ShapeError", "ConfigError", "ValueError" or "another exception") and message, both
+// empty when it returned (Unsupported passes: the case is skipped).
+struct Thrown {
+    std::string kind, message;
+};
 template <class Call>
-std::string thrown_message(Call&& call) {
+Thrown thrown(Call&& call) {
     try {
         call();
+    } catch (const ShapeError& e) {
+        return {"ShapeError", e.what()};
+    } catch (const ConfigError& e) {
+        return {"ConfigError", e.what()};
+    } catch (const ValueError& e) {
+        return {"ValueError", e.what()};
     } catch (const Unsupported&) {
-        throw;
+        throw;  // the case is skipped, not judged
     } catch (const std::exception& e) {
-        return e.what();
+        return {"another exception", e.what()};
     }
-    return "";
+    return {};
+}
+
+// The message of the exception `call` throws, "" when it throws none.
+template <class Call>
+std::string thrown_message(Call&& call) {
+    return thrown(call).message;
 }
 
 // A call the contract refuses: it must throw `expected_kind` ("ShapeError", "ConfigError" or "ValueError") with a
@@ -143,21 +159,8 @@ std::string thrown_message(Call&& call) {
 // `what` names the refusal in the verdict.
 template <class Call>
 Verdict refused_with(Call&& call, const std::string& what, const std::string& expected_kind, const std::string& keyword) {
-    std::string got_kind, message;
-    try {
-        call();
-        return what + ": the call was accepted";
-    } catch (const ShapeError& e) {
-        got_kind = "ShapeError", message = e.what();
-    } catch (const ConfigError& e) {
-        got_kind = "ConfigError", message = e.what();
-    } catch (const ValueError& e) {
-        got_kind = "ValueError", message = e.what();
-    } catch (const Unsupported&) {
-        throw;  // the case is skipped, not judged
-    } catch (const std::exception& e) {
-        got_kind = "another exception", message = e.what();
-    }
+    const auto [got_kind, message] = thrown(call);
+    if (got_kind.empty()) return what + ": the call was accepted";
     if (got_kind != expected_kind) return what + ": expected a " + expected_kind + ", got " + got_kind + ": " + message;
     if (message.find(keyword) == std::string::npos) return what + ": the message does not name '" + keyword + "': " + message;
     const std::size_t colon = message.find(": ");
