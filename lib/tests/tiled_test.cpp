@@ -428,8 +428,9 @@ TEMPLATE_TEST_CASE("on every SIMD target, the kernel's exp is within tiled_exp_m
     force_simd_target(forced);
 }
 
-// The arguments of the soft-capping's tanh: [0, 20] densely (beyond 18.7 Highway's Tanh returns 1), and tiny ones
-// down to the subnormal range, where tanh x = x. tanh is odd and both implementations reflect the sign bit.
+// The arguments of the soft-capping's tanh: [0, 20] densely (beyond 18.7 Highway's Tanh returns 1, beyond 9.02 the
+// float one's argument is clamped), and tiny ones down to the subnormal range, where tanh x = x. tanh is odd and both
+// implementations are.
 template <class T>
 std::vector<T> tanh_arguments() {
     std::vector<T> x;
@@ -483,6 +484,65 @@ TEMPLATE_TEST_CASE("on every SIMD target, the kernel's soft-capping tanh is with
         CHECK(std::fabs(edge[6] - T(2.5) * std::tanh(T(12))) <= 8 * std::numeric_limits<T>::epsilon());
     }
     force_simd_target(forced);
+}
+
+// float tanh correctly rounded: tanh in double (within 1 ulp of double), rounded to float; where that double lies
+// within a few of its ulps of a float rounding boundary (the double rounding could then pick the wrong side), in long
+// double instead.
+float correctly_rounded_tanh(float x) {
+    const double r = std::tanh(static_cast<double>(x));
+    const float f = static_cast<float>(r);
+    const double below = 0.5 * (double(f) + double(std::nextafter(f, 0.0f)));
+    const double above = 0.5 * (double(f) + double(std::nextafter(f, 2.0f)));
+    const double slack = 4 * std::numeric_limits<double>::epsilon() * std::fabs(r);
+    if (std::fabs(r - below) > slack && std::fabs(r - above) > slack) return f;
+    return static_cast<float>(std::tanh(static_cast<long double>(x)));
+}
+
+TEST_CASE("on every SIMD target, the kernel's float tanh is within tiled_tanh_max_ulps at every float in "
+          "[2^-13, 16]",
+          "[tiled][softcap]") {
+    // Exhaustive where the rational approximation's terms matter: below 2^-13 its two polynomials round to 1 and
+    // the result is the argument (the sampled test above covers that range), beyond 9.02 the argument is clamped
+    // (the range goes to 16). Odd bit for bit, so the positive half is the whole story. About 142 million
+    // arguments, in chunks, each against every target this CPU runs.
+    const std::string forced = simd_target();
+    const std::vector<std::string> targets =
+        std::getenv("ATTN_SIMD_TARGET") ? std::vector<std::string>{forced} : simd_targets();
+    std::uint32_t first, last;
+    const float lo = 0x1p-13f, hi = 16.0f;
+    std::memcpy(&first, &lo, 4);
+    std::memcpy(&last, &hi, 4);
+    std::vector<double> worst(targets.size(), 0);
+    std::vector<float> worst_x(targets.size(), 0);
+    constexpr std::uint32_t chunk = 1u << 20;
+    std::vector<float> x, exact, y;
+    for (std::uint32_t c0 = first; c0 <= last; c0 += chunk) {
+        const std::uint32_t n = std::min(chunk, last - c0 + 1);
+        x.resize(n);
+        exact.resize(n);
+        for (std::uint32_t i = 0; i < n; ++i) {
+            const std::uint32_t bits = c0 + i;
+            std::memcpy(&x[i], &bits, 4);
+            exact[i] = correctly_rounded_tanh(x[i]);
+        }
+        for (std::size_t t = 0; t < targets.size(); ++t) {
+            force_simd_target(targets[t]);
+            y = x;
+            detail::tiled_softcap(y.data(), static_cast<Index>(n), 1.0f);  // cap 1: the tanh alone
+            for (std::uint32_t i = 0; i < n; ++i) {
+                const double d = ulp_distance(y[i], exact[i]);
+                if (d > worst[t]) worst[t] = d, worst_x[t] = x[i];
+            }
+        }
+    }
+    force_simd_target(forced);
+    for (std::size_t t = 0; t < targets.size(); ++t) {
+        std::printf("tanh float on %-8s every x in [2^-13, 16]: max ulp distance %g at x = %.9g (limit %g)\n",
+                    targets[t].c_str(), worst[t], double(worst_x[t]), tiled_tanh_max_ulps);
+        INFO("target " << targets[t] << ": max ulp distance " << worst[t] << " at x = " << worst_x[t]);
+        CHECK(worst[t] <= tiled_tanh_max_ulps);
+    }
 }
 
 TEST_CASE("Backend::Auto runs tiled from 128 x 128 scores on and reference below or when weights are asked for",
