@@ -45,6 +45,8 @@ const std::vector<Stage> stages = {
     {"tiled_small_blocks", "ATTN_SUITE_IMPL=tiled_small_blocks", "'[suite]' --order decl"},
     {"mha", "ATTN_SUITE_IMPL=mha", "'[suite]' --order decl"},
     {"tiled_scalar", "ATTN_SUITE_IMPL=tiled ATTN_SIMD_TARGET=SCALAR", "'[suite]' --order decl"},
+    // BLIS's sandybridge micro-kernels: query panels narrower than the lanes (suite/CMakeLists.txt says why).
+    {"tiled_blis_sandybridge", "ATTN_SUITE_IMPL=tiled BLIS_ARCH_TYPE=4", "'[suite]' --order decl"},
     {"replay", "", "'[replay]'"},
 };
 

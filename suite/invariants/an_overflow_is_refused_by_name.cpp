@@ -9,6 +9,9 @@
 //   is finite, but an implementation that sums before it divides overflows: the call either returns finite outputs
 //   or refuses naming "the output (weights @ v)"; so must the module's head path with dropout 0.9 in training mode
 //   (kept weights are multiplied by 10 before the values), naming multi_head_sdpa and the output that overflowed;
+//   and the same values read one key per row (an explicit mask allowing key i mod Tk to query i, no other rule):
+//   every weight is exactly 1, so the output is exactly the largest number, which must come back as such (the
+//   largest finite number is not an overflow);
 // - gradient (implementations with a backward pass): dout of three quarters of the largest number: the gradients
 //   either come back finite or the call refuses naming what overflowed.
 // The 16-bit float16 cannot overflow a float logit (65504^2 Dk is far below float's range): its logit cases are
@@ -43,6 +46,28 @@ Verdict overflow_refusal(const std::string& message, const std::string& kind, co
     for (const std::string& word : {named, std::string("overflowed"), std::string("although every readable input is finite")})
         if (message.find(word) == std::string::npos)
             return what + ": the message does not say '" + word + "': " + message;
+    return std::nullopt;
+}
+
+// The output case's values read one key per row: the call must return exactly `top` everywhere.
+template <class T>
+Verdict largest_value_read_alone(const Implementation& impl, const SdpaCase& o, double top, const std::string& what) {
+    if (o.Tk == 0) return std::nullopt;  // no key to read
+    SdpaCase one = o;
+    one.options.is_causal = false;
+    one.options.window.reset();
+    Tensor<bool> allowed({o.Tq, o.Tk}, false);
+    for (Index i = 0; i < o.Tq; ++i) allowed[i * o.Tk + i % o.Tk] = true;
+    one.allowed_mask = std::move(allowed), one.mask_kind = "one-key-per-row", one.mask_stride0 = false;
+    const std::string one_what = what + ", one key per row";
+    Tensor<T> out;
+    const auto [kind, message] = thrown([&] { out = run_impl<T>(impl, one, one.options); });
+    if (!kind.empty()) return one_what + ": every weight is 1 and the output the largest number, yet the call refused: " +
+                              kind + ": " + message;
+    for (Index x = 0; x < out.numel(); ++x)
+        if (static_cast<double>(out[x]) != top)
+            return one_what + ": output element " + std::to_string(x) + " is " + num(static_cast<double>(out[x])) +
+                   ", not the value it alone reads (" + num(top) + ")";
     return std::nullopt;
 }
 
@@ -114,6 +139,8 @@ Property an_overflow_is_refused_by_name() {
             }
             what += " (" + impl.name + ")";
 
+            if (kind == Overflow::Output)
+                if (Verdict v = largest_value_read_alone<T>(impl, o, top, what)) return v;
             if (kind != Overflow::Gradient) {
                 Tensor<T> out;
                 const auto [error_kind, message] = thrown([&] { out = run_impl<T>(impl, o, o.options); });
