@@ -40,13 +40,10 @@ PathHeads path_heads(const std::string& function, TensorView<const T> q, TensorV
     const auto batch_of = [](TensorView<const T> t) { return Shape(t.shape().begin(), t.shape().end() - 2); };
     p.batch = broadcast_batch_shapes(function, batch_of(q), batch_of(k), batch_of(v), shapes);
     if (p.batch.empty()) p.batch = {1};
-    // One kv head serves every query head when neither k nor v has more than one head.
+    // One kv head serves every query head when neither k nor v has more than one head; otherwise each query head
+    // has its own (G = H: the heads broadcast like any batch dim, so no multiple to check).
     const auto heads_of = [](TensorView<const T> t) { return t.rank() > 2 ? t.dim(-3) : Index(1); };
     p.G = heads_of(k) == 1 && heads_of(v) == 1 ? 1 : p.batch.back();
-    const Index H = p.batch.back();
-    if (p.G > 1 && H % p.G != 0)
-        throw ShapeError(function + ": q has H=" + str(H) + " heads, not a multiple of the G=" + str(p.G) + " kv heads" +
-                         shapes);
     return p;
 }
 

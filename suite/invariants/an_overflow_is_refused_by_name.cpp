@@ -8,7 +8,8 @@
 // - output: every value the largest finite number: each output element is a weighted mean of them, whose exact value
 //   is finite, but an implementation that sums before it divides overflows: the call either returns finite outputs
 //   or refuses naming "the output (weights @ v)"; so must the module's head path with dropout 0.9 in training mode
-//   (kept weights are multiplied by 10 before the values), naming multi_head_sdpa and the output that overflowed;
+//   (kept weights are multiplied by 10 before the values), naming multi_head_sdpa and the output that overflowed,
+//   with every key readable and with one key per row (where only the dropped-out output can overflow);
 //   and the same values read one key per row (an explicit mask allowing key i mod Tk to query i, no other rule):
 //   every weight is exactly 1, so the output is exactly the largest number, which must come back as such (the
 //   largest finite number is not an overflow);
@@ -162,21 +163,36 @@ Property an_overflow_is_refused_by_name() {
                     const Tensor<T> qp = normal_tensor<T>({c.B, c.Tq, c.H * c.Dk}, draws);
                     const Tensor<T> kp = normal_tensor<T>({c.B, c.Tk, c.kv_heads * c.Dk}, draws);
                     const Tensor<T> vp({c.B, c.Tk, c.kv_heads * c.Dv}, static_cast<T>(top));
+                    // Then with one key per row: the heads' own output is exactly the largest number, so only the
+                    // dropped-out one (a kept weight of 10) can overflow, and a refusal must name that one.
                     MhaOptions head_options;
                     head_options.empty_rows = EmptyRowPolicy::Zero;
-                    std::optional<MhaResult<T>> dropped;
-                    const auto [dropout_kind, dropout_message] = thrown([&] {
-                        dropped = multi_head_sdpa(qp.view(), kp.view(), vp.view(), c.H, c.kv_heads, std::nullopt,
-                                                  head_options, MhaDropout{0.9, c.aux_seed});
-                    });
-                    const std::string dropout_what = what + ", dropout 0.9";
-                    if (dropout_kind.empty()) return all_finite(dropped->output, "the dropped-out output", dropout_what);
-                    if (dropout_message.rfind("multi_head_sdpa: ", 0) != 0)
-                        return dropout_what + ": the refusal does not name multi_head_sdpa: " + dropout_message;
-                    const bool plain = dropout_message.find("the output (weights @ v)") != std::string::npos;
-                    return overflow_refusal(dropout_message, dropout_kind,
-                                            plain ? "the output (weights @ v)" : "the output (dropped-out weights @ v)",
-                                            dropout_what);
+                    Tensor<bool> one_key({c.Tq, c.Tk}, false);
+                    for (Index i = 0; c.Tk > 0 && i < c.Tq; ++i) one_key[i * c.Tk + i % c.Tk] = true;
+                    for (const bool one_key_per_row : {false, true}) {
+                        std::optional<TensorView<const bool>> mask;
+                        if (one_key_per_row) mask = one_key.view();
+                        std::optional<MhaResult<T>> dropped;
+                        const auto [dropout_kind, dropout_message] = thrown([&] {
+                            dropped = multi_head_sdpa(qp.view(), kp.view(), vp.view(), c.H, c.kv_heads, mask,
+                                                      head_options, MhaDropout{0.9, c.aux_seed});
+                        });
+                        const std::string dropout_what =
+                            what + ", dropout 0.9" + (one_key_per_row ? ", one key per row" : "");
+                        if (dropout_kind.empty()) {
+                            if (Verdict v = all_finite(dropped->output, "the dropped-out output", dropout_what)) return v;
+                            continue;
+                        }
+                        if (dropout_message.rfind("multi_head_sdpa: ", 0) != 0)
+                            return dropout_what + ": the refusal does not name multi_head_sdpa: " + dropout_message;
+                        const bool plain = !one_key_per_row &&
+                                           dropout_message.find("the output (weights @ v)") != std::string::npos;
+                        if (Verdict v = overflow_refusal(
+                                dropout_message, dropout_kind,
+                                plain ? "the output (weights @ v)" : "the output (dropped-out weights @ v)", dropout_what))
+                            return v;
+                    }
+                    return std::nullopt;
                 }
                 if (Verdict v = overflow_refusal(message, error_kind, named, what)) return v;
                 if (kind == Overflow::Output || (impl.name != "reference" && impl.name != "tiled")) return std::nullopt;

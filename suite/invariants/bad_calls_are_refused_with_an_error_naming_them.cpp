@@ -2,10 +2,11 @@
 // crash, a silent NaN or a result. One corruption per case, drawn from: k's Dk unlike q's, v's Tk unlike k's, a
 // negative thread count, a NaN scale, a scale below the dtype's normal range (its rounding would not be relative),
 // a negative tiled block size, a NaN where a query reads, a q of rank 1, batch shapes that do not broadcast, a mask
-// of more dims than the scores, a window side below -1, a bias of another dtype, of more dims than the scores or of
+// of more dims than the scores or of a shape that does not broadcast to them, a window side below -1, a bias of another dtype, of more dims than the scores or of
 // a shape that does not broadcast to them, a negative softcap, ALiBi slopes that do not broadcast to the batch shape
-// or an infinite slope, the lse asked of the module's head path, a NaN in the bias where a query reads. No mutant breaks a contract check (they share the driver's validation); this guards the
-// contract module's rejections, which no other property calls.
+// or an infinite slope, the lse asked of the module's head path, a NaN in the bias where a query reads. No mutant
+// breaks a contract check (they share the driver's validation); this guards the contract module's rejections, which no
+// other property calls.
 #include <cmath>
 #include <limits>
 
@@ -35,6 +36,7 @@ enum class Corruption {
     InfiniteSlope,
     LseOnHeadPath,
     NanBias,
+    MaskShape,
     Count
 };
 
@@ -59,6 +61,7 @@ const char* to_string(Corruption c) {
         case Corruption::InfiniteSlope: return "an infinite ALiBi slope";
         case Corruption::LseOnHeadPath: return "the lse asked of the module's head path";
         case Corruption::NanBias: return "a NaN in the bias where a query reads";
+        case Corruption::MaskShape: return "an allowed mask (Tq + 1, Tk)";
         case Corruption::Count: break;
     }
     return "?";
@@ -176,6 +179,10 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
                         std::numeric_limits<T>::quiet_NaN();
                     options.bias = FloatView(bias);
                     expected_kind = "ValueError", keyword = "holds nan";
+                    break;
+                case Corruption::MaskShape:
+                    mask = Tensor<bool>({Tq + 1, Tk}, true);
+                    expected_kind = "ShapeError", keyword = "does not broadcast to the scores";
                     break;
                 case Corruption::Count: break;
             }

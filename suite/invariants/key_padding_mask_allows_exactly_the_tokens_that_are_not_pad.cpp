@@ -1,8 +1,10 @@
 // Invariant 21: key_padding_allowed_mask(token_ids, pad_id) is the (B, 1, 1, Tk) allowed mask that is true exactly
 // where the token is not pad_id (the course's padding mask), and attention under it equals attention under the same
-// mask written out by hand, bitwise. The generators build their padding masks by hand, so without this property the
-// library's own constructor would be unchecked.
+// mask written out by hand, bitwise; and the multi-head path given the same padding as MhaOptions::key_padding_allowed
+// (B, Tk) gives the bits it gives with the mask as its allowed_mask. The generators build their padding masks by hand,
+// so without this property the library's own constructor would be unchecked.
 #include "../checks.hpp"
+#include "attn/mha.hpp"
 
 namespace attn::suite {
 
@@ -43,7 +45,27 @@ Property key_padding_mask_allows_exactly_the_tokens_that_are_not_pad() {
         hand.allowed_mask = by_hand;
         library.options.empty_rows = hand.options.empty_rows = EmptyRowPolicy::Zero;
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {
-            return bitwise_equal(c, run_impl<T>(impl, library), run_impl<T>(impl, hand), what + " vs the same mask by hand");
+            if (Verdict v = bitwise_equal(c, run_impl<T>(impl, library), run_impl<T>(impl, hand),
+                                          what + " vs the same mask by hand"))
+                return v;
+            // The head path (projected inputs of H heads), padding as the module's option vs as its allowed mask.
+            Rng draws(c.aux_seed ^ 0x9ad);
+            const Tensor<T> qp = normal_tensor<T>({c.B, c.Tq, c.H * c.Dk}, draws);
+            const Tensor<T> kp = normal_tensor<T>({c.B, c.Tk, c.H * c.Dk}, draws);
+            const Tensor<T> vp = normal_tensor<T>({c.B, c.Tk, c.H * c.Dv}, draws);
+            Tensor<bool> real({c.B, c.Tk});
+            for (Index f = 0; f < real.numel(); ++f) real[f] = got[f];
+            MhaOptions as_option, as_mask;
+            as_option.empty_rows = as_mask.empty_rows = EmptyRowPolicy::Zero;
+            as_option.key_padding_allowed = real.view();
+            const MhaResult<T> a = multi_head_sdpa(qp.view(), kp.view(), vp.view(), c.H, c.H, std::nullopt, as_option);
+            const MhaResult<T> b = multi_head_sdpa(qp.view(), kp.view(), vp.view(), c.H, c.H, got.view(), as_mask);
+            for (Index e = 0; e < a.output.numel(); ++e)
+                if (!same_bits(a.output[e], b.output[e]))
+                    return what + ", multi_head_sdpa: key_padding_allowed (B, Tk) and the same mask as allowed_mask differ "
+                                  "at flat index " + std::to_string(e) + ": " + num(static_cast<double>(a.output[e])) +
+                           " vs " + num(static_cast<double>(b.output[e]));
+            return std::nullopt;
         });
     };
     return p;
