@@ -144,6 +144,26 @@ const T* row_values(const S* row, Index stride, Index n, T* tmp) {
     return tmp;
 }
 
+// One row of n values into panels of w: panel id (at dst + id * stride) gets values [id w, id w + w), zero past
+// n. Where a vector holds a panel and the target stores under a mask without touching the other lanes (AVX2 and
+// AVX-512), a whole panel is one load and one masked store, as long as the load stays within the row; the rest
+// element by element. Data movement only: the same bits either way.
+template <class T>
+void row_to_panels(const T* row, Index n, Index panels, Index stride, Index w, T* dst) {
+    Index id = 0;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    const hn::ScalableTag<T> d;
+    const Index N = static_cast<Index>(hn::Lanes(d));
+    if (w <= N) {
+        const auto panel = hn::FirstN(d, static_cast<std::size_t>(w));
+        for (; id < panels && id * w + N <= n; ++id)
+            hn::BlendedStore(hn::LoadU(d, row + id * w), panel, d, dst + id * stride);
+    }
+#endif
+    for (; id < panels; ++id)
+        for (Index r = 0; r < w; ++r) dst[id * stride + r] = id * w + r < n ? row[id * w + r] : T(0);
+}
+
 // k -> key blocks of Bk keys, each as mr-key panels: panel element (key r, dim p) at p * mr + r (zero padded);
 // v -> mr-dim panels over all n keys: element (key c, dim r) at c * mr + r. Unreadable rows never enter. Storage S
 // converts to the compute type T here (exactly, row_values), once per batch element and thread.
@@ -172,16 +192,9 @@ void pack_keys(const SdpaProblem<S>& p, const Readability& r, Index b, Layout& L
     }
     L.ps_v = round_up(std::max<Index>(n, 1) * L.mr, 16);
     T* vp = w.vp.get(L.dv_panels * L.ps_v);
-    for (Index c = 0; c < n; ++c) {
-        const T* vrow = row_values(p.v_row(b, w.keys[c]), vs, p.Dv, w.row.data());
-        for (Index id = 0; id < L.dv_panels; ++id) {
-            T* panel = vp + id * L.ps_v + c * L.mr;
-            for (Index rr = 0; rr < L.mr; ++rr) {
-                const Index d = id * L.mr + rr;
-                panel[rr] = d < p.Dv ? vrow[d] : T(0);
-            }
-        }
-    }
+    for (Index c = 0; c < n; ++c)
+        row_to_panels(row_values(p.v_row(b, w.keys[c]), vs, p.Dv, w.row.data()), p.Dv, L.dv_panels, L.ps_v, L.mr,
+                      vp + c * L.mr);
 }
 
 // Exp that passes NaN through without handing it to hn::Exp, whose float -> int step is undefined for NaN
