@@ -72,6 +72,45 @@ Verdict largest_value_read_alone(const Implementation& impl, const SdpaCase& o, 
     return std::nullopt;
 }
 
+// The module's head path in training mode (dropout 0.9) on values of the largest number `top`, whatever the plain
+// call did with them: the weights kept are multiplied by 1/(1 - p) = 10 before the values, so a row whose kept weights
+// sum past 1/10 overflows (the heads' attention forms the plain mean too, which may round past the largest number).
+// The refusal names the function called, whichever of the two overflowed. Then with one key per row: the heads' own
+// output is exactly the largest number, so only the dropped-out one can overflow, and a refusal must name that one.
+template <class T>
+Verdict dropped_out_head_path(const SdpaCase& c, double top, const std::string& what) {
+    Rng draws(c.aux_seed ^ 0x5eed);
+    const Tensor<T> qp = normal_tensor<T>({c.B, c.Tq, c.H * c.Dk}, draws);
+    const Tensor<T> kp = normal_tensor<T>({c.B, c.Tk, c.kv_heads * c.Dk}, draws);
+    const Tensor<T> vp({c.B, c.Tk, c.kv_heads * c.Dv}, static_cast<T>(top));
+    MhaOptions head_options;
+    head_options.empty_rows = EmptyRowPolicy::Zero;
+    Tensor<bool> one_key({c.Tq, c.Tk}, false);
+    for (Index i = 0; c.Tk > 0 && i < c.Tq; ++i) one_key[i * c.Tk + i % c.Tk] = true;
+    for (const bool one_key_per_row : {false, true}) {
+        std::optional<TensorView<const bool>> mask;
+        if (one_key_per_row) mask = one_key.view();
+        std::optional<MhaResult<T>> dropped;
+        const auto [kind, message] = thrown([&] {
+            dropped = multi_head_sdpa(qp.view(), kp.view(), vp.view(), c.H, c.kv_heads, mask, head_options,
+                                      MhaDropout{0.9, c.aux_seed});
+        });
+        const std::string dropout_what = what + ", dropout 0.9" + (one_key_per_row ? ", one key per row" : "");
+        if (kind.empty()) {
+            if (Verdict v = all_finite(dropped->output, "the dropped-out output", dropout_what)) return v;
+            continue;
+        }
+        if (message.rfind("multi_head_sdpa: ", 0) != 0)
+            return dropout_what + ": the refusal does not name multi_head_sdpa: " + message;
+        const bool plain = !one_key_per_row && message.find("the output (weights @ v)") != std::string::npos;
+        if (Verdict v = overflow_refusal(message, kind,
+                                         plain ? "the output (weights @ v)" : "the output (dropped-out weights @ v)",
+                                         dropout_what))
+            return v;
+    }
+    return std::nullopt;
+}
+
 }  // namespace
 
 Property an_overflow_is_refused_by_name() {
@@ -154,48 +193,12 @@ Property an_overflow_is_refused_by_name() {
                         return std::nullopt;  // no allowed pair: no logit is computed
                     }
                     if (Verdict v = all_finite(out, "the output", what)) return v;
-                    if (impl.name != "mha") return std::nullopt;
-                    // The head path in training mode on the same values: the weights kept are multiplied by
-                    // 1/(1 - p) = 10 before the values, so a row whose kept weights sum past 1/10 overflows (the
-                    // heads' attention forms the plain mean too, which may round past the largest number). The
-                    // refusal names the function called, whichever of the two overflowed.
-                    Rng draws(c.aux_seed ^ 0x5eed);
-                    const Tensor<T> qp = normal_tensor<T>({c.B, c.Tq, c.H * c.Dk}, draws);
-                    const Tensor<T> kp = normal_tensor<T>({c.B, c.Tk, c.kv_heads * c.Dk}, draws);
-                    const Tensor<T> vp({c.B, c.Tk, c.kv_heads * c.Dv}, static_cast<T>(top));
-                    // Then with one key per row: the heads' own output is exactly the largest number, so only the
-                    // dropped-out one (a kept weight of 10) can overflow, and a refusal must name that one.
-                    MhaOptions head_options;
-                    head_options.empty_rows = EmptyRowPolicy::Zero;
-                    Tensor<bool> one_key({c.Tq, c.Tk}, false);
-                    for (Index i = 0; c.Tk > 0 && i < c.Tq; ++i) one_key[i * c.Tk + i % c.Tk] = true;
-                    for (const bool one_key_per_row : {false, true}) {
-                        std::optional<TensorView<const bool>> mask;
-                        if (one_key_per_row) mask = one_key.view();
-                        std::optional<MhaResult<T>> dropped;
-                        const auto [dropout_kind, dropout_message] = thrown([&] {
-                            dropped = multi_head_sdpa(qp.view(), kp.view(), vp.view(), c.H, c.kv_heads, mask,
-                                                      head_options, MhaDropout{0.9, c.aux_seed});
-                        });
-                        const std::string dropout_what =
-                            what + ", dropout 0.9" + (one_key_per_row ? ", one key per row" : "");
-                        if (dropout_kind.empty()) {
-                            if (Verdict v = all_finite(dropped->output, "the dropped-out output", dropout_what)) return v;
-                            continue;
-                        }
-                        if (dropout_message.rfind("multi_head_sdpa: ", 0) != 0)
-                            return dropout_what + ": the refusal does not name multi_head_sdpa: " + dropout_message;
-                        const bool plain = !one_key_per_row &&
-                                           dropout_message.find("the output (weights @ v)") != std::string::npos;
-                        if (Verdict v = overflow_refusal(
-                                dropout_message, dropout_kind,
-                                plain ? "the output (weights @ v)" : "the output (dropped-out weights @ v)", dropout_what))
-                            return v;
-                    }
-                    return std::nullopt;
+                    return impl.name == "mha" ? dropped_out_head_path<T>(c, top, what) : std::nullopt;
                 }
                 if (Verdict v = overflow_refusal(message, error_kind, named, what)) return v;
-                if (kind == Overflow::Output || (impl.name != "reference" && impl.name != "tiled")) return std::nullopt;
+                if (kind == Overflow::Output)
+                    return impl.name == "mha" ? dropped_out_head_path<T>(c, top, what) : std::nullopt;
+                if (impl.name != "reference" && impl.name != "tiled") return std::nullopt;
                 // The backward recomputes the logits: called on its own (a zero output and lse stand in for the
                 // forward's, which refused), it must refuse them the same way.
                 const CaseInputs<T> in = make_inputs<T>(o);
