@@ -427,9 +427,19 @@ Readability readability(const SdpaProblem<T>& p, Index b) {
     if (p.bias) {  // a -inf bias blocks its key: every position the rule and the mask allow is looked at
         const auto neg_inf = -std::numeric_limits<compute_t<T>>::infinity();
         char* const readable = r.key_readable.data();
+        // Rows without a mask whose bias is finite over their whole range read every key of it: one vectorised
+        // finiteness pass, the range counted here (+1 at its begin, -1 at its end) and the keys marked at the end.
+        std::vector<Index> cover(static_cast<std::size_t>(p.Tk) + 1, 0);
         for (Index i = 0; i < p.Tq; ++i) {
             const KeyRange range = p.positions.keys(i, p.Tq, p.Tk);
             const BiasRow<T> row(p, b, i);
+            if (!row.mask && row.bias_stride == 1 && range.end > range.begin &&
+                all_finite(row.bias + range.begin, range.end - range.begin, 1)) {
+                ++cover[static_cast<std::size_t>(range.begin)];
+                --cover[static_cast<std::size_t>(range.end)];
+                r.row_nonempty[static_cast<std::size_t>(i)] = 1;
+                continue;
+            }
             // Branch-free, and the key flags written through a local pointer, so that the loop vectorises (through
             // r.key_readable, each char store might change the vector's own data pointer, reloaded every time).
             char any = 0, bad = 0;
@@ -446,6 +456,11 @@ Readability readability(const SdpaProblem<T>& p, Index b) {
                     if (row.mask_allows(j) && !(row.at(j) < -neg_inf)) r.bad_bias_row = i, r.bad_bias_key = j;
             r.row_nonempty[static_cast<std::size_t>(i)] = any;
             if (!any && r.first_empty_row < 0) r.first_empty_row = i;
+        }
+        Index rows_reading = 0;
+        for (Index j = 0; j < p.Tk; ++j) {
+            rows_reading += cover[static_cast<std::size_t>(j)];
+            readable[j] |= static_cast<char>(rows_reading > 0);
         }
         return r;
     }

@@ -343,21 +343,28 @@ void transpose_bias(const T* rows, Index row_stride, Index key_stride, const Ind
         if (key_stride == 1 && nr % 4 == 0 && consecutive(keys, nbj)) {
             const hn::Full128<float> d4;
             const hn::Repartition<double, decltype(d4)> d2;
-            for (; c0 + 4 <= nbj; c0 += 4)
-                for (Index rr = 0; rr < nr; rr += 4) {
+            // Eight lanes at a time over every key: the rows lie a row stride apart, often a multiple of 4 KiB,
+            // which puts every lane's current cache line into one L1 set; eight of them stay there until their last
+            // four keys are read, sixteen would evict each other between two key steps.
+            const Index whole = nbj / 4 * 4;
+            for (Index r8 = 0; r8 < nr; r8 += 8) {
+                for (c0 = 0; c0 < whole; c0 += 4) {
                     const Index j = keys[c0];
-                    const auto r0 = hn::LoadU(d4, row(rr) + j), r1 = hn::LoadU(d4, row(rr + 1) + j);
-                    const auto r2 = hn::LoadU(d4, row(rr + 2) + j), r3 = hn::LoadU(d4, row(rr + 3) + j);
-                    // (r0[0] r1[0] r0[1] r1[1]), (r2[0] r3[0] r2[1] r3[1]), and the same of lanes 2 and 3
-                    const auto a = hn::BitCast(d2, hn::InterleaveLower(d4, r0, r1));
-                    const auto b = hn::BitCast(d2, hn::InterleaveLower(d4, r2, r3));
-                    const auto e = hn::BitCast(d2, hn::InterleaveUpper(d4, r0, r1));
-                    const auto f = hn::BitCast(d2, hn::InterleaveUpper(d4, r2, r3));
-                    hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, a, b)), d4, bt + c0 * nr + rr);
-                    hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, a, b)), d4, bt + (c0 + 1) * nr + rr);
-                    hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, e, f)), d4, bt + (c0 + 2) * nr + rr);
-                    hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, e, f)), d4, bt + (c0 + 3) * nr + rr);
+                    for (Index rr = r8; rr < std::min(r8 + 8, nr); rr += 4) {
+                        const auto r0 = hn::LoadU(d4, row(rr) + j), r1 = hn::LoadU(d4, row(rr + 1) + j);
+                        const auto r2 = hn::LoadU(d4, row(rr + 2) + j), r3 = hn::LoadU(d4, row(rr + 3) + j);
+                        // (r0[0] r1[0] r0[1] r1[1]), (r2[0] r3[0] r2[1] r3[1]), and the same of lanes 2 and 3
+                        const auto a = hn::BitCast(d2, hn::InterleaveLower(d4, r0, r1));
+                        const auto b = hn::BitCast(d2, hn::InterleaveLower(d4, r2, r3));
+                        const auto e = hn::BitCast(d2, hn::InterleaveUpper(d4, r0, r1));
+                        const auto f = hn::BitCast(d2, hn::InterleaveUpper(d4, r2, r3));
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, a, b)), d4, bt + c0 * nr + rr);
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, a, b)), d4, bt + (c0 + 1) * nr + rr);
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, e, f)), d4, bt + (c0 + 2) * nr + rr);
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, e, f)), d4, bt + (c0 + 3) * nr + rr);
+                    }
                 }
+            }
         }
 #endif
     for (Index c = c0; c < nbj; ++c)
@@ -366,9 +373,10 @@ void transpose_bias(const T* rows, Index row_stride, Index key_stride, const Ind
 
 // Asks for the bias that transpose_bias will read next (lanes [0, nr) of the rows at `rows`, keys keys[0, nbj))
 // while the current tile computes: its rows lie a row stride apart, one stream per query lane, more streams than a
-// hardware prefetcher follows. Contiguous keys only (the layout of transpose_bias's fast path).
+// hardware prefetcher follows. Contiguous keys only (the layout of transpose_bias's fast path). Inlined by force: a
+// function whose only effects are prefetches counts as pure to the optimiser, which would drop the call.
 template <class T>
-void prefetch_bias(const T* rows, Index row_stride, Index key_stride, const Index* keys, Index nbj, Index nr,
+HWY_INLINE void prefetch_bias(const T* rows, Index row_stride, Index key_stride, const Index* keys, Index nbj, Index nr,
                    Index valid) {
     if (key_stride != 1 || !consecutive(keys, nbj)) return;
     constexpr Index line = 64 / sizeof(T);
@@ -426,12 +434,45 @@ Index add_bias(D d, T* s, const BiasSource<T>& src, Index nbj, Index nr, Index v
     return -1;
 }
 
+// add_bias for the explicit bias alone, transposed as stored (BiasSource::raw, so under check_finite): the same
+// results with fewer operations. There every logit x is finite or -inf (blocked) and the bias t of an unblocked one
+// finite or -inf (check_contracts refused NaN and +inf where a query reads), so with t zeroed where x is -inf the plain
+// sum x + t is already -inf exactly where add_bias's would be. The overflow check keeps two running extremes per lane
+// instead of mask logic per element: a sum overflowed upward when it is +inf (neither term is), downward when the sum
+// of the two terms with -inf read as 0 is -inf.
+template <class D, class T = hn::TFromD<D>>
+Index add_raw_bias(D d, T* s, const T* tile, Index nbj, Index nr, Index valid) {
+    const Index N = static_cast<Index>(hn::Lanes(d));
+    const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
+    const auto pos_inf = hn::Set(d, std::numeric_limits<T>::infinity());
+    for (Index x = 0; x < nr; x += N) {
+        const auto queries = hn::FirstN(d, static_cast<std::size_t>(std::max<Index>(valid - x, 0)));
+        auto hi = neg_inf, lo = pos_inf;
+        for (Index c = 0; c < nbj; ++c) {
+            T* sc = s + c * nr + x;
+            const auto xv = hn::LoadU(d, sc);
+            const auto blocked = hn::Eq(xv, neg_inf);
+            const auto t = hn::IfThenElseZero(queries, hn::IfThenZeroElse(blocked, hn::LoadU(d, tile + c * nr + x)));
+            const auto y = hn::Add(xv, t);
+            hn::StoreU(y, d, sc);
+            hi = hn::Max(hi, y);
+            lo = hn::Min(lo, hn::Add(hn::IfThenZeroElse(blocked, xv), hn::IfThenZeroElse(hn::Eq(t, neg_inf), t)));
+        }
+        const auto bad = hn::And(queries, hn::Or(hn::Eq(hi, pos_inf), hn::Eq(lo, neg_inf)));
+        if (!hn::AllFalse(d, bad)) return x + static_cast<Index>(hn::FindFirstTrue(d, bad));
+    }
+    return -1;
+}
+
 template <class T>
 Index add_bias_any_width(T* s, const BiasSource<T>& src, Index nbj, Index nr, Index valid, const Index* keys,
                          bool check) {
     // Element-wise per lane, as online_softmax_any_width: the vector width changes nothing in the result.
     const hn::ScalableTag<T> d;
-    if (nr % static_cast<Index>(hn::Lanes(d)) == 0) return add_bias(d, s, src, nbj, nr, valid, keys, check);
+    if (nr % static_cast<Index>(hn::Lanes(d)) == 0) {
+        if (src.tile && src.raw && !src.alibi && check) return add_raw_bias(d, s, src.tile, nbj, nr, valid);
+        return add_bias(d, s, src, nbj, nr, valid, keys, check);
+    }
     return add_bias(hn::CappedTag<T, 1>(), s, src, nbj, nr, valid, keys, check);
 }
 

@@ -158,16 +158,20 @@ Property an_overflow_is_refused_by_name() {
                 }
                 case Overflow::LogitPlusBias: {
                     // q.k = Dk c^2 = c_max / 2 (no partial sum overflows), the logit scale c_max / 2, the bias T's
-                    // largest number. T's rounding of c moves the logit by under 1%: the case is kept only where
-                    // the sum overflows and the logit does not with 10% to spare.
+                    // largest number, both of one drawn sign (the sum overflows upward or downward). T's rounding of
+                    // c moves the logit by under 1%: the case is kept only where the sum overflows and the logit
+                    // does not with 10% to spare.
                     const double cq = std::sqrt(c_max) / std::sqrt(2 * static_cast<double>(c.Dk));
                     const double logit = scale * c_max / 2;
                     const C low_sum = static_cast<C>(static_cast<C>(top) + static_cast<C>(0.9 * logit));
                     if (!(cq < top) || !(1.1 * logit < c_max) || !std::isinf(low_sum)) return std::nullopt;
+                    const double sign = rng.below(2) == 0 ? 1.0 : -1.0;
                     std::fill_n(o.q.data(), o.q.numel(), cq);
-                    std::fill_n(o.k.data(), o.k.numel(), cq);
-                    o.bias = Tensor<double>({c.Tq, c.Tk}, top), o.bias_kind = "constant";
-                    named = "a logit plus its bias", what = "logits of scale * c_max / 2 plus a bias of the largest number";
+                    std::fill_n(o.k.data(), o.k.numel(), sign * cq);
+                    o.bias = Tensor<double>({c.Tq, c.Tk}, sign * top), o.bias_kind = "constant";
+                    named = "a logit plus its bias";
+                    what = std::string("logits of ") + (sign > 0 ? "" : "-") + "scale * c_max / 2 plus a bias of the " +
+                           (sign > 0 ? "largest number" : "lowest number");
                     break;
                 }
                 case Overflow::Output:
