@@ -83,6 +83,10 @@ template <class T>
 void sdpa_tiled(const SdpaProblem<T>& problem, const std::vector<Readability>& readable, const SdpaOptions& options,
                 T* output, compute_t<T>* lse);
 
+// Thrown by sdpa_tiled on a readability whose bias was not read (Readability::bias_deferred) when a query reads a
+// bias entry that is not finite: the caller checks the contracts with the bias read and runs the call again.
+struct BiasNeedsReading {};
+
 // x[i] = exp(x[i]) for i < n with the exp the tiled kernel uses (Highway's Exp), so its accuracy can be measured.
 template <class T>
 void tiled_exp(T* x, Index n);

@@ -419,6 +419,57 @@ std::vector<Index> first_with_same_bias(const SdpaProblem<T>& p) {
 
 }  // namespace
 
+namespace {
+
+// The readability of the causal rule, the window and the mask alone (what a problem without a bias has).
+template <class T>
+Readability positions_readability(const SdpaProblem<T>& p, Index b) {
+    Readability r;
+    r.key_readable.assign(static_cast<std::size_t>(p.Tk), 0);
+    r.row_nonempty.assign(static_cast<std::size_t>(p.Tq), 0);
+    const std::optional<TensorView<const bool>>& m = p.allowed_mask;
+    r.first_empty_row = detail::row_readability(m ? m->data() + p.mask_offset[b] : nullptr, m ? m->stride(-2) : 0,
+                                                m ? m->stride(-1) : 0, p.Tq, p.Tk, p.positions,
+                                                r.row_nonempty.data(), r.key_readable.data());
+    return r;
+}
+
+// Under check_finite: a ValueError naming the first NaN/Inf that some query reads (q of the nonempty rows, k and v
+// of the readable keys, the bias where the rule and the mask let a query read).
+template <class T>
+void check_finite_inputs(const SdpaProblem<T>& p, const std::vector<Readability>& all) {
+    const auto fail = [&](const char* name, const Shape& shape, Index b, Index row, Index col, double value) {
+        detail::throw_not_finite(p.function, name, shape, value, detail::batch_row_column(p.batch_index_string(b), row, col),
+                                 detail::read_position_reason(p.shapes));
+    };
+    // Strides read once: TensorView::stride checks its argument, which keeps it out of the inner loops.
+    const Index qs = p.q.stride(-1), ks = p.k.stride(-1), vs = p.v.stride(-1);
+    // Row `row` of tensor `name`: n values `stride` apart, looked at one by one only when one of them is not finite.
+    const auto check_row = [&](const char* name, const Shape& shape, Index b, Index row, const T* x, Index n,
+                               Index stride) {
+        if (all_finite(x, n, stride)) return;
+        for (Index d = 0; d < n; ++d)
+            if (!finite(x[d * stride])) fail(name, shape, b, row, d, x[d * stride]);
+    };
+    for (Index b = 0; b < p.batch; ++b) {
+        const Readability& r = all[static_cast<std::size_t>(b)];
+        for (Index i = 0; i < p.Tq; ++i)
+            if (r.row_nonempty[static_cast<std::size_t>(i)]) check_row("q", p.q.shape(), b, i, p.q_row(b, i), p.Dk, qs);
+        for (Index j = 0; j < p.Tk; ++j) {
+            if (!r.key_readable[static_cast<std::size_t>(j)]) continue;
+            check_row("k", p.k.shape(), b, j, p.k_row(b, j), p.Dk, ks);
+            check_row("v", p.v.shape(), b, j, p.v_row(b, j), p.Dv, vs);
+        }
+        // The bias where the rule and the mask let a query read: -inf blocks the key, NaN and +inf are errors (found
+        // by readability's pass).
+        if (r.bad_bias_row >= 0)
+            fail("bias", p.bias->shape(), b, r.bad_bias_row, r.bad_bias_key,
+                 p.explicit_bias(b, r.bad_bias_row, r.bad_bias_key));
+    }
+}
+
+}  // namespace
+
 template <class T>
 Readability readability(const SdpaProblem<T>& p, Index b) {
     Readability r;
@@ -464,15 +515,32 @@ Readability readability(const SdpaProblem<T>& p, Index b) {
         }
         return r;
     }
-    const std::optional<TensorView<const bool>>& m = p.allowed_mask;
-    r.first_empty_row = detail::row_readability(m ? m->data() + p.mask_offset[b] : nullptr, m ? m->stride(-2) : 0,
-                                                m ? m->stride(-1) : 0, p.Tq, p.Tk, p.positions,
-                                                r.row_nonempty.data(), r.key_readable.data());
-    return r;
+    return positions_readability(p, b);
 }
 
 template <class T>
-std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOptions& options) {
+std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOptions& options, bool defer_bias) {
+    // The bias's pass deferred to the kernel (Readability::bias_deferred): the rule's and the mask's readability,
+    // which a finite bias leaves as it is. What they would refuse (an empty row, a NaN that a query reads), the checks
+    // with the bias decide instead: its -inf entries may empty a row first or leave that NaN unread.
+    if (defer_bias && p.bias && !p.alibi && options.check_finite && std::is_same_v<T, compute_t<T>>) {
+        std::vector<Readability> all;
+        all.reserve(static_cast<std::size_t>(p.batch));
+        bool refusal = false;
+        for (Index b = 0; b < p.batch && !refusal; ++b) {
+            all.push_back(positions_readability(p, b));
+            all.back().bias_deferred = true;
+            refusal = all.back().first_empty_row >= 0 && options.empty_rows == EmptyRowPolicy::Throw;
+        }
+        if (!refusal) {
+            try {
+                check_finite_inputs(p, all);
+                return all;
+            } catch (const ValueError&) {
+            }
+        }
+        return check_contracts(p, options);
+    }
     std::vector<Readability> all;
     all.reserve(static_cast<std::size_t>(p.batch));
     // With a bias, readability looks at every (query, key) pair: batch elements that share their mask and bias (a
@@ -494,35 +562,7 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
         for (Index b = 0; b < p.batch; ++b)
             detail::check_alibi_slope(p.function, p.alibi_slope(b), p.Tq, p.Tk, p.alibi->shape(),
                               "batch index " + p.batch_index_string(b), " (" + p.shapes + ")");
-    if (!options.check_finite) return all;
-    const auto fail = [&](const char* name, const Shape& shape, Index b, Index row, Index col, double value) {
-        detail::throw_not_finite(p.function, name, shape, value, detail::batch_row_column(p.batch_index_string(b), row, col),
-                                 detail::read_position_reason(p.shapes));
-    };
-    // Strides read once: TensorView::stride checks its argument, which keeps it out of the inner loops.
-    const Index qs = p.q.stride(-1), ks = p.k.stride(-1), vs = p.v.stride(-1);
-    // Row `row` of tensor `name`: n values `stride` apart, looked at one by one only when one of them is not finite.
-    const auto check_row = [&](const char* name, const Shape& shape, Index b, Index row, const T* x, Index n,
-                               Index stride) {
-        if (all_finite(x, n, stride)) return;
-        for (Index d = 0; d < n; ++d)
-            if (!finite(x[d * stride])) fail(name, shape, b, row, d, x[d * stride]);
-    };
-    for (Index b = 0; b < p.batch; ++b) {
-        const Readability& r = all[static_cast<std::size_t>(b)];
-        for (Index i = 0; i < p.Tq; ++i)
-            if (r.row_nonempty[static_cast<std::size_t>(i)]) check_row("q", p.q.shape(), b, i, p.q_row(b, i), p.Dk, qs);
-        for (Index j = 0; j < p.Tk; ++j) {
-            if (!r.key_readable[static_cast<std::size_t>(j)]) continue;
-            check_row("k", p.k.shape(), b, j, p.k_row(b, j), p.Dk, ks);
-            check_row("v", p.v.shape(), b, j, p.v_row(b, j), p.Dv, vs);
-        }
-        // The bias where the rule and the mask let a query read: -inf blocks the key, NaN and +inf are errors (found
-        // by readability's pass).
-        if (r.bad_bias_row >= 0)
-            fail("bias", p.bias->shape(), b, r.bad_bias_row, r.bad_bias_key,
-                 p.explicit_bias(b, r.bad_bias_row, r.bad_bias_key));
-    }
+    if (options.check_finite) check_finite_inputs(p, all);
     return all;
 }
 
@@ -532,7 +572,7 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
                                                  TensorView<const T>, std::optional<TensorView<const bool>>,      \
                                                  const SdpaOptions&);                                             \
     template Readability readability<T>(const SdpaProblem<T>&, Index);                                            \
-    template std::vector<Readability> check_contracts<T>(const SdpaProblem<T>&, const SdpaOptions&);
+    template std::vector<Readability> check_contracts<T>(const SdpaProblem<T>&, const SdpaOptions&, bool);
 ATTN_FOR_EACH_DTYPE(ATTN_INSTANTIATE)
 #undef ATTN_INSTANTIATE
 

@@ -50,13 +50,26 @@ namespace {
 // an error rather than a silent switch: whoever names a backend is testing that backend.
 using detail::auto_tiled_min_scores;
 
+// The backend a call runs on, once resolve has refused what it refuses.
+Backend chosen(Backend requested, const SdpaOptions& options, Index Tq, Index Tk) {
+    if (options.return_weights) return Backend::Reference;
+    if (requested != Backend::Auto) return requested;
+    return Tq * Tk >= auto_tiled_min_scores ? Backend::Tiled : Backend::Reference;
+}
+
 Backend resolve(Backend requested, const SdpaOptions& options, Index Tq, Index Tk) {
     if (requested == Backend::Tiled && options.return_weights)
         throw ConfigError("sdpa: backend 'tiled' never forms the (Tq, Tk) weights (Tq=" + std::to_string(Tq) +
                           ", Tk=" + std::to_string(Tk) + "); ask for weights with Backend::Reference or Backend::Auto");
-    if (options.return_weights) return Backend::Reference;
-    if (requested != Backend::Auto) return requested;
-    return Tq * Tk >= auto_tiled_min_scores ? Backend::Tiled : Backend::Reference;
+    return chosen(requested, options, Tq, Tk);
+}
+
+// check_contracts for the backend the call will run on: the tiled kernel reads a bias itself, so its contract pass
+// over the bias is deferred to it where it can be (Readability::bias_deferred).
+template <class T>
+std::vector<Readability> contracts_for(const SdpaProblem<T>& problem, const SdpaOptions& options) {
+    const bool tiled = chosen(options.backend, options, problem.Tq, problem.Tk) == Backend::Tiled;
+    return check_contracts(problem, options, tiled);
 }
 
 // The chosen backend writes the output (every element), and the weights and the lse (when asked) of a checked
@@ -70,7 +83,20 @@ void run_backend(const SdpaProblem<T>& problem, const std::vector<Readability>& 
             detail::sdpa_reference(problem, readable, options, output, weights, lse);
             break;
         case Backend::Tiled:
-            detail::sdpa_tiled(problem, readable, options, output, lse);
+            if (readable.empty() || !readable.front().bias_deferred) {
+                detail::sdpa_tiled(problem, readable, options, output, lse);
+                break;
+            }
+            // The bias unread: when the kernel meets an entry that is not finite where a query reads, or refuses
+            // anything (which the unread bias might have refused first), the checks with the bias read decide, and
+            // the call runs again from the start on what they find.
+            try {
+                detail::sdpa_tiled(problem, readable, options, output, lse);
+                break;
+            } catch (const detail::BiasNeedsReading&) {
+            } catch (const Error&) {
+            }
+            detail::sdpa_tiled(problem, check_contracts(problem, options), options, output, lse);
             break;
     }
 }
@@ -79,7 +105,7 @@ template <class T>
 SdpaResult<T> sdpa(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                    std::optional<TensorView<const bool>> allowed_mask, const SdpaOptions& options) {
     const SdpaProblem<T> problem = make_sdpa_problem<T>("sdpa", q, k, v, allowed_mask, options);
-    const std::vector<Readability> readable = check_contracts(problem, options);
+    const std::vector<Readability> readable = contracts_for(problem, options);
     const Backend backend = resolve(options.backend, options, problem.Tq, problem.Tk);
     // The tiled kernel writes every element of every output row (empty rows per the policy included).
     SdpaResult<T> result{backend == Backend::Tiled ? Tensor<T>::uninitialized(problem.output_shape())
@@ -133,7 +159,7 @@ void sdpa_into(TensorView<T> out, TensorView<const T> q, TensorView<const T> k, 
     if (aliased)
         throw ConfigError(function + ": out overlaps an input (q, k, v, the mask, the bias or the slopes); it is "
                           "written while they are read" + shapes);
-    const std::vector<Readability> readable = check_contracts(problem, options);
+    const std::vector<Readability> readable = contracts_for(problem, options);
     const Backend backend = resolve(options.backend, options, problem.Tq, problem.Tk);
     // Both backends write every element of the output (property output_into_gives_the_bits_of_the_returned_output
     // hands them one full of NaN).

@@ -440,14 +440,20 @@ Index add_bias(D d, T* s, const BiasSource<T>& src, Index nbj, Index nr, Index v
 // sum x + t is already -inf exactly where add_bias's would be. The overflow check keeps two running extremes per lane
 // instead of mask logic per element: a sum overflowed upward when it is +inf (neither term is), downward when the sum
 // of the two terms with -inf read as 0 is -inf.
-template <class D, class T = hn::TFromD<D>>
+// With Watch (the bias's values unread by the contract checks, Readability::bias_deferred), returns
+// bias_needs_reading where an unblocked logit of a query gets a bias that is not finite (-inf, +inf or NaN: t * 0 is
+// NaN), before anything else: that entry may block a key, empty a row or be an error, which the checks decide.
+constexpr Index bias_needs_reading = -2;
+
+template <bool Watch, class D, class T = hn::TFromD<D>>
 Index add_raw_bias(D d, T* s, const T* tile, Index nbj, Index nr, Index valid) {
     const Index N = static_cast<Index>(hn::Lanes(d));
     const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
     const auto pos_inf = hn::Set(d, std::numeric_limits<T>::infinity());
+    const auto zero = hn::Zero(d);
     for (Index x = 0; x < nr; x += N) {
         const auto queries = hn::FirstN(d, static_cast<std::size_t>(std::max<Index>(valid - x, 0)));
-        auto hi = neg_inf, lo = pos_inf;
+        auto hi = neg_inf, lo = pos_inf, unread = zero;
         for (Index c = 0; c < nbj; ++c) {
             T* sc = s + c * nr + x;
             const auto xv = hn::LoadU(d, sc);
@@ -457,23 +463,33 @@ Index add_raw_bias(D d, T* s, const T* tile, Index nbj, Index nr, Index valid) {
             hn::StoreU(y, d, sc);
             hi = hn::Max(hi, y);
             lo = hn::Min(lo, hn::Add(hn::IfThenZeroElse(blocked, xv), hn::IfThenZeroElse(hn::Eq(t, neg_inf), t)));
+            if constexpr (Watch) unread = hn::MulAdd(t, zero, unread);
         }
+        if constexpr (Watch)
+            if (!hn::AllFalse(d, hn::IsNaN(unread))) return bias_needs_reading;
         const auto bad = hn::And(queries, hn::Or(hn::Eq(hi, pos_inf), hn::Eq(lo, neg_inf)));
         if (!hn::AllFalse(d, bad)) return x + static_cast<Index>(hn::FindFirstTrue(d, bad));
     }
     return -1;
 }
 
+// With `watch` (Readability::bias_deferred, which only a raw explicit bias without ALiBi gets), add_raw_bias's
+// bias_needs_reading may come back.
 template <class T>
 Index add_bias_any_width(T* s, const BiasSource<T>& src, Index nbj, Index nr, Index valid, const Index* keys,
-                         bool check) {
+                         bool check, bool watch) {
     // Element-wise per lane, as online_softmax_any_width: the vector width changes nothing in the result.
     const hn::ScalableTag<T> d;
-    if (nr % static_cast<Index>(hn::Lanes(d)) == 0) {
-        if (src.tile && src.raw && !src.alibi && check) return add_raw_bias(d, s, src.tile, nbj, nr, valid);
-        return add_bias(d, s, src, nbj, nr, valid, keys, check);
+    const hn::CappedTag<T, 1> d1;
+    const bool whole = nr % static_cast<Index>(hn::Lanes(d)) == 0;
+    if (src.tile && src.raw && !src.alibi && check) {
+        if (watch)
+            return whole ? add_raw_bias<true>(d, s, src.tile, nbj, nr, valid)
+                         : add_raw_bias<true>(d1, s, src.tile, nbj, nr, valid);
+        return whole ? add_raw_bias<false>(d, s, src.tile, nbj, nr, valid)
+                     : add_raw_bias<false>(d1, s, src.tile, nbj, nr, valid);
     }
-    return add_bias(hn::CappedTag<T, 1>(), s, src, nbj, nr, valid, keys, check);
+    return whole ? add_bias(d, s, src, nbj, nr, valid, keys, check) : add_bias(d1, s, src, nbj, nr, valid, keys, check);
 }
 
 template <class T>
@@ -604,7 +620,10 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
                     for (Index c = 0; c < begin; ++c) s[c * nr + rr] = neg_inf;
                     for (Index c = begin; c < end && (p.allowed_mask || !tile_finite); ++c) {
                         T& x = s[c * nr + rr];
-                        if (p.allowed_mask && !p.allowed(b, i0 + i, w.keys[k0 + c])) {
+                        // With the bias unread (Readability::bias_deferred), the mask alone: a -inf bias entry
+                        // must reach step 3c's watch, which hands the call back to the checks that read it.
+                        const Index j = w.keys[k0 + c];
+                        if (p.allowed_mask && !(r.bias_deferred ? p.mask_allows(b, i0 + i, j) : p.allowed(b, i0 + i, j))) {
                             x = neg_inf;
                         } else if (options.check_finite && !std::isfinite(x)) {
                             throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i0 + i,
@@ -647,8 +666,9 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
                     src.alibi = true, src.neg_slope = -p.alibi_slope(b);
                     src.alibi_base = i0 + r0 + p.Tk - p.Tq;
                 }
-                const Index bad =
-                    add_bias_any_width(s, src, nbj, nr, valid, w.keys.data() + k0, options.check_finite);
+                const Index bad = add_bias_any_width(s, src, nbj, nr, valid, w.keys.data() + k0, options.check_finite,
+                                                     r.bias_deferred);
+                if (bad == bias_needs_reading) throw BiasNeedsReading{};
                 if (bad >= 0)
                     throw_overflow(p.function, "a logit plus its bias", p.batch_index_string(b), i0 + r0 + bad,
                                    p.shapes);
