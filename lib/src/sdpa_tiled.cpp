@@ -348,8 +348,8 @@ void transpose_bias(const T* rows, Index row_stride, Index key_stride, const Ind
             // four keys are read, sixteen would evict each other between two key steps.
             const Index whole = nbj / 4 * 4;
             for (Index r8 = 0; r8 < nr; r8 += 8) {
-                for (c0 = 0; c0 < whole; c0 += 4) {
-                    const Index j = keys[c0];
+                for (Index c = 0; c < whole; c += 4) {
+                    const Index j = keys[c];
                     for (Index rr = r8; rr < std::min(r8 + 8, nr); rr += 4) {
                         const auto r0 = hn::LoadU(d4, row(rr) + j), r1 = hn::LoadU(d4, row(rr + 1) + j);
                         const auto r2 = hn::LoadU(d4, row(rr + 2) + j), r3 = hn::LoadU(d4, row(rr + 3) + j);
@@ -358,13 +358,14 @@ void transpose_bias(const T* rows, Index row_stride, Index key_stride, const Ind
                         const auto b = hn::BitCast(d2, hn::InterleaveLower(d4, r2, r3));
                         const auto e = hn::BitCast(d2, hn::InterleaveUpper(d4, r0, r1));
                         const auto f = hn::BitCast(d2, hn::InterleaveUpper(d4, r2, r3));
-                        hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, a, b)), d4, bt + c0 * nr + rr);
-                        hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, a, b)), d4, bt + (c0 + 1) * nr + rr);
-                        hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, e, f)), d4, bt + (c0 + 2) * nr + rr);
-                        hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, e, f)), d4, bt + (c0 + 3) * nr + rr);
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, a, b)), d4, bt + c * nr + rr);
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, a, b)), d4, bt + (c + 1) * nr + rr);
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, e, f)), d4, bt + (c + 2) * nr + rr);
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, e, f)), d4, bt + (c + 3) * nr + rr);
                     }
                 }
             }
+            c0 = whole;  // the keys left over go one by one below
         }
 #endif
     for (Index c = c0; c < nbj; ++c)
@@ -440,11 +441,9 @@ Index add_bias(D d, T* s, const BiasSource<T>& src, Index nbj, Index nr, Index v
 // sum x + t is already -inf exactly where add_bias's would be. The overflow check keeps two running extremes per lane
 // instead of mask logic per element: a sum overflowed upward when it is +inf (neither term is), downward when the sum
 // of the two terms with -inf read as 0 is -inf.
-// With Watch (the bias's values unread by the contract checks, Readability::bias_deferred), returns
-// bias_needs_reading where an unblocked logit of a query gets a bias that is not finite (-inf, +inf or NaN: t * 0 is
-// NaN), before anything else: that entry may block a key, empty a row or be an error, which the checks decide.
-constexpr Index bias_needs_reading = -2;
-
+// With Watch (the bias's values unread by the contract checks, Readability::bias_deferred), throws BiasNeedsReading
+// where an unblocked logit of a query gets a bias that is not finite (-inf, +inf or NaN: t * 0 is NaN), before
+// anything else: that entry may block a key, empty a row or be an error, which the checks decide.
 template <bool Watch, class D, class T = hn::TFromD<D>>
 Index add_raw_bias(D d, T* s, const T* tile, Index nbj, Index nr, Index valid) {
     const Index N = static_cast<Index>(hn::Lanes(d));
@@ -466,30 +465,26 @@ Index add_raw_bias(D d, T* s, const T* tile, Index nbj, Index nr, Index valid) {
             if constexpr (Watch) unread = hn::MulAdd(t, zero, unread);
         }
         if constexpr (Watch)
-            if (!hn::AllFalse(d, hn::IsNaN(unread))) return bias_needs_reading;
+            if (!hn::AllFalse(d, hn::IsNaN(unread))) throw BiasNeedsReading{};
         const auto bad = hn::And(queries, hn::Or(hn::Eq(hi, pos_inf), hn::Eq(lo, neg_inf)));
         if (!hn::AllFalse(d, bad)) return x + static_cast<Index>(hn::FindFirstTrue(d, bad));
     }
     return -1;
 }
 
-// With `watch` (Readability::bias_deferred, which only a raw explicit bias without ALiBi gets), add_raw_bias's
-// bias_needs_reading may come back.
+// With `watch` (Readability::bias_deferred, which only a raw explicit bias without ALiBi gets), add_raw_bias may
+// throw BiasNeedsReading.
 template <class T>
 Index add_bias_any_width(T* s, const BiasSource<T>& src, Index nbj, Index nr, Index valid, const Index* keys,
                          bool check, bool watch) {
     // Element-wise per lane, as online_softmax_any_width: the vector width changes nothing in the result.
+    const auto add = [&](auto d) {
+        if (!(src.tile && src.raw && !src.alibi && check)) return add_bias(d, s, src, nbj, nr, valid, keys, check);
+        return watch ? add_raw_bias<true>(d, s, src.tile, nbj, nr, valid)
+                     : add_raw_bias<false>(d, s, src.tile, nbj, nr, valid);
+    };
     const hn::ScalableTag<T> d;
-    const hn::CappedTag<T, 1> d1;
-    const bool whole = nr % static_cast<Index>(hn::Lanes(d)) == 0;
-    if (src.tile && src.raw && !src.alibi && check) {
-        if (watch)
-            return whole ? add_raw_bias<true>(d, s, src.tile, nbj, nr, valid)
-                         : add_raw_bias<true>(d1, s, src.tile, nbj, nr, valid);
-        return whole ? add_raw_bias<false>(d, s, src.tile, nbj, nr, valid)
-                     : add_raw_bias<false>(d1, s, src.tile, nbj, nr, valid);
-    }
-    return whole ? add_bias(d, s, src, nbj, nr, valid, keys, check) : add_bias(d1, s, src, nbj, nr, valid, keys, check);
+    return nr % static_cast<Index>(hn::Lanes(d)) == 0 ? add(d) : add(hn::CappedTag<T, 1>());
 }
 
 template <class T>
@@ -668,7 +663,6 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
                 }
                 const Index bad = add_bias_any_width(s, src, nbj, nr, valid, w.keys.data() + k0, options.check_finite,
                                                      r.bias_deferred);
-                if (bad == bias_needs_reading) throw BiasNeedsReading{};
                 if (bad >= 0)
                     throw_overflow(p.function, "a logit plus its bias", p.batch_index_string(b), i0 + r0 + bad,
                                    p.shapes);
