@@ -83,9 +83,10 @@ template <class T>
 void sdpa_tiled(const SdpaProblem<T>& problem, const std::vector<Readability>& readable, const SdpaOptions& options,
                 T* output, compute_t<T>* lse);
 
-// Thrown by sdpa_tiled on a readability whose bias was not read (Readability::bias_deferred) when a query reads a
-// bias entry that is not finite: the caller checks the contracts with the bias read and runs the call again.
-struct BiasNeedsReading {};
+// Thrown by sdpa_tiled on a readability whose values were not checked (Readability::values_deferred) when it reads
+// a value of q, k, v or the bias that is not finite: the caller checks the contracts with the values read and runs
+// the call again.
+struct ValuesNeedChecking {};
 
 // x[i] = exp(x[i]) for i < n with the exp the tiled kernel uses (Highway's Exp), so its accuracy can be measured.
 template <class T>

@@ -470,6 +470,20 @@ void check_finite_inputs(const SdpaProblem<T>& p, const std::vector<Readability>
 
 }  // namespace
 
+namespace {
+
+// ALiBi's slopes, whatever check_finite says: a NaN slope or a term -slope * |i + Tk - Tq - j| beyond the compute
+// type's range would turn every logit of its batch element into NaN or -inf.
+template <class T>
+void check_alibi_slopes(const SdpaProblem<T>& p) {
+    if (p.alibi)
+        for (Index b = 0; b < p.batch; ++b)
+            detail::check_alibi_slope(p.function, p.alibi_slope(b), p.Tq, p.Tk, p.alibi->shape(),
+                                      "batch index " + p.batch_index_string(b), " (" + p.shapes + ")");
+}
+
+}  // namespace
+
 template <class T>
 Readability readability(const SdpaProblem<T>& p, Index b) {
     Readability r;
@@ -519,27 +533,23 @@ Readability readability(const SdpaProblem<T>& p, Index b) {
 }
 
 template <class T>
-std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOptions& options, bool defer_bias) {
-    // The bias's pass deferred to the kernel (Readability::bias_deferred): the rule's and the mask's readability,
-    // which a finite bias leaves as it is. What they would refuse (an empty row, a NaN that a query reads), the checks
-    // with the bias decide instead: its -inf entries may empty a row first or leave that NaN unread.
-    if (defer_bias && p.bias && !p.alibi && options.check_finite && std::is_same_v<T, compute_t<T>>) {
+std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOptions& options, bool defer_values) {
+    // The passes over the values deferred to the kernel (Readability::values_deferred): the rule's and the mask's
+    // readability, which a finite bias leaves as it is. What they would refuse (an empty row), the checks with the
+    // bias decide instead: its -inf entries may empty a row first. ALiBi's slopes are still checked here (not with an
+    // explicit bias: its readability would need the bias read).
+    const bool bias_deferrable = !p.bias || (!p.alibi && std::is_same_v<T, compute_t<T>>);
+    if (defer_values && options.check_finite && bias_deferrable) {
         std::vector<Readability> all;
         all.reserve(static_cast<std::size_t>(p.batch));
-        bool refusal = false;
-        for (Index b = 0; b < p.batch && !refusal; ++b) {
+        for (Index b = 0; b < p.batch; ++b) {
             all.push_back(positions_readability(p, b));
-            all.back().bias_deferred = true;
-            refusal = all.back().first_empty_row >= 0 && options.empty_rows == EmptyRowPolicy::Throw;
+            all.back().values_deferred = true;
+            if (all.back().first_empty_row >= 0 && options.empty_rows == EmptyRowPolicy::Throw)
+                return check_contracts(p, options);
         }
-        if (!refusal) {
-            try {
-                check_finite_inputs(p, all);
-                return all;
-            } catch (const ValueError&) {
-            }
-        }
-        return check_contracts(p, options);
+        check_alibi_slopes(p);
+        return all;
     }
     std::vector<Readability> all;
     all.reserve(static_cast<std::size_t>(p.batch));
@@ -556,12 +566,7 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
                 p.Tq, p.Tk, p.positions, p.shapes));
         }
     }
-    // ALiBi's slopes, whatever check_finite says: a NaN slope or a term -slope * |i + Tk - Tq - j| beyond the
-    // compute type's range would turn every logit of its batch element into NaN or -inf.
-    if (p.alibi)
-        for (Index b = 0; b < p.batch; ++b)
-            detail::check_alibi_slope(p.function, p.alibi_slope(b), p.Tq, p.Tk, p.alibi->shape(),
-                              "batch index " + p.batch_index_string(b), " (" + p.shapes + ")");
+    check_alibi_slopes(p);
     if (options.check_finite) check_finite_inputs(p, all);
     return all;
 }

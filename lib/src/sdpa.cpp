@@ -64,8 +64,9 @@ Backend resolve(Backend requested, const SdpaOptions& options, Index Tq, Index T
     return chosen(requested, options, Tq, Tk);
 }
 
-// check_contracts for the backend the call will run on: the tiled kernel reads a bias itself, so its contract pass
-// over the bias is deferred to it where it can be (Readability::bias_deferred).
+// check_contracts for the backend the call will run on: the tiled kernel reads every value of q, k, v and the bias
+// once anyway, so the contract passes over them are deferred to it where they can be (Readability::values_deferred):
+// one read from memory instead of two.
 template <class T>
 std::vector<Readability> contracts_for(const SdpaProblem<T>& problem, const SdpaOptions& options) {
     const bool tiled = chosen(options.backend, options, problem.Tq, problem.Tk) == Backend::Tiled;
@@ -83,17 +84,17 @@ void run_backend(const SdpaProblem<T>& problem, const std::vector<Readability>& 
             detail::sdpa_reference(problem, readable, options, output, weights, lse);
             break;
         case Backend::Tiled:
-            if (readable.empty() || !readable.front().bias_deferred) {
+            if (readable.empty() || !readable.front().values_deferred) {
                 detail::sdpa_tiled(problem, readable, options, output, lse);
                 break;
             }
-            // The bias unread: when the kernel meets an entry that is not finite where a query reads, or refuses
-            // anything (which the unread bias might have refused first), the checks with the bias read decide, and
-            // the call runs again from the start on what they find.
+            // The values unchecked: when the kernel meets one that is not finite, or refuses anything (which the
+            // checks might have refused first), the checks with the values read decide, and the call runs again from
+            // the start on what they find.
             try {
                 detail::sdpa_tiled(problem, readable, options, output, lse);
                 break;
-            } catch (const detail::BiasNeedsReading&) {
+            } catch (const detail::ValuesNeedChecking&) {
             } catch (const Error&) {
             }
             detail::sdpa_tiled(problem, check_contracts(problem, options), options, output, lse);

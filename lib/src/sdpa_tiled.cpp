@@ -85,7 +85,11 @@ struct Workspace {
     Buffer<T> kp, vp, qp, sp, acc, blk;  // blk: one key block's P V for one query panel, before it joins acc
     Buffer<T> bias;                      // one tile's explicit bias, in the layout of s (bias_tile)
     std::vector<T> row_max, row_sum;  // per lane (query)
-    std::vector<T> row;               // one q, k or v row in the compute type while it is packed (row_values)
+    // Rows of q, k or v in the compute type while they are packed (row_values: one per lane, `width` apart), a row
+    // of zeros for the lanes past the last row, and the lanes' row pointers (transpose_rows).
+    std::vector<T> rows, zeros;
+    Index width = 0;
+    std::vector<const T*> lanes;
     std::vector<Index> row_begin, row_end;  // per lane: readable keys [row_begin, row_end) pass the positional rule
     // Per query panel: the union [panel_begin, panel_end) and the intersection [all_from, all_see) of its rows' ranges.
     std::vector<Index> panel_begin, panel_end, panel_all_from, panel_all_see;
@@ -164,6 +168,78 @@ void row_to_panels(const T* row, Index n, Index panels, Index stride, Index w, T
         for (Index r = 0; r < w; ++r) dst[id * stride + r] = id * w + r < n ? row[id * w + r] : T(0);
 }
 
+// dst[c * n + rr] = lane[rr][c] for c < count and rr < n: n rows side by side become the n lanes of count
+// columns (a panel of packed q or k, a tile of bias). For float, 4 x 4 blocks in 128-bit vectors, eight lanes at a
+// time over every column: rows a multiple of 4 KiB apart put every lane's current cache line into one L1 set; eight
+// of them stay there until their last four columns are read, sixteen would evict each other between two steps. When
+// n is not a multiple of 4 the last group of four lanes overlaps the one before it (the same values written twice).
+// Data movement only: the same bits either way.
+template <class T>
+void transpose_rows(const T* const* lane, Index n, Index count, T* dst) {
+    Index c0 = 0;
+#if HWY_TARGET != HWY_SCALAR
+    if constexpr (std::is_same_v<T, float>)
+        if (n >= 4) {
+            const hn::Full128<float> d4;
+            const hn::Repartition<double, decltype(d4)> d2;
+            const Index whole = count / 4 * 4;
+            for (Index r8 = 0; r8 < n; r8 += 8) {
+                for (Index c = 0; c < whole; c += 4) {
+                    for (Index g = r8; g < std::min(r8 + 8, n); g += 4) {
+                        const Index rr = std::min(g, n - 4);
+                        const auto r0 = hn::LoadU(d4, lane[rr] + c), r1 = hn::LoadU(d4, lane[rr + 1] + c);
+                        const auto r2 = hn::LoadU(d4, lane[rr + 2] + c), r3 = hn::LoadU(d4, lane[rr + 3] + c);
+                        // (r0[0] r1[0] r0[1] r1[1]), (r2[0] r3[0] r2[1] r3[1]), and the same of lanes 2 and 3
+                        const auto a = hn::BitCast(d2, hn::InterleaveLower(d4, r0, r1));
+                        const auto b = hn::BitCast(d2, hn::InterleaveLower(d4, r2, r3));
+                        const auto e = hn::BitCast(d2, hn::InterleaveUpper(d4, r0, r1));
+                        const auto f = hn::BitCast(d2, hn::InterleaveUpper(d4, r2, r3));
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, a, b)), d4, dst + c * n + rr);
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, a, b)), d4, dst + (c + 1) * n + rr);
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, e, f)), d4, dst + (c + 2) * n + rr);
+                        hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, e, f)), d4, dst + (c + 3) * n + rr);
+                    }
+                }
+            }
+            c0 = whole;  // the columns left over go one by one below
+        }
+#endif
+    for (Index c = c0; c < count; ++c)
+        for (Index rr = 0; rr < n; ++rr) dst[c * n + rr] = lane[rr][c];
+}
+
+template <class T>
+bool all_finite(const T* s, Index count) {
+    const hn::ScalableTag<T> d;
+    const Index N = static_cast<Index>(hn::Lanes(d));
+    auto ok = hn::IsFinite(hn::Zero(d));
+    Index j = 0;
+    for (; j + N <= count; j += N) ok = hn::And(ok, hn::IsFinite(hn::LoadU(d, s + j)));
+    if (!hn::AllTrue(d, ok)) return false;
+    for (; j < count; ++j)
+        if (!std::isfinite(s[j])) return false;
+    return true;
+}
+
+// A row of q, k or v that the kernel packs, with its values unchecked (Readability::values_deferred): the call goes
+// back to the contract checks if one is not finite. Looked at as it is packed, so memory is read once.
+template <class T>
+void watch_row(const T* x, Index count) {
+    if (!all_finite(x, count)) throw ValuesNeedChecking{};
+}
+
+// Points lane rr (< n) at row `row(rr)` of q or k, in the compute type (row_values, into the workspace's row rr),
+// or at zeros where row(rr) is null; with `watch`, watches the rows that `watched(rr)` says a query reads.
+template <class S, class T, class Row, class Watched>
+const T* const* lane_rows(Workspace<T>& w, Index n, Index stride, Index count, Row row, bool watch, Watched watched) {
+    for (Index rr = 0; rr < n; ++rr) {
+        const S* x = row(rr);
+        w.lanes[rr] = x ? row_values(x, stride, count, w.rows.data() + rr * w.width) : w.zeros.data();
+        if (watch && x && watched(rr)) watch_row(w.lanes[rr], count);
+    }
+    return w.lanes.data();
+}
+
 // k -> key blocks of Bk keys, each as mr-key panels: panel element (key r, dim p) at p * mr + r (zero padded);
 // v -> mr-dim panels over all n keys: element (key c, dim r) at c * mr + r. Unreadable rows never enter. Storage S
 // converts to the compute type T here (exactly, row_values), once per batch element and thread.
@@ -182,25 +258,26 @@ void pack_keys(const SdpaProblem<S>& p, const Readability& r, Index b, Layout& L
         const Index c0 = kb * L.Bk, nb = std::min(L.Bk, n - c0);
         T* block = kp + kb * L.k_block_stride;
         for (Index ip = 0; ip < L.Bk_pad / L.mr; ++ip) {
-            T* panel = block + ip * L.ps_k;
-            for (Index rr = 0; rr < L.mr; ++rr) {
-                const Index c = ip * L.mr + rr;
-                const T* krow = c < nb ? row_values(p.k_row(b, w.keys[c0 + c]), ks, p.Dk, w.row.data()) : nullptr;
-                for (Index d = 0; d < p.Dk; ++d) panel[d * L.mr + rr] = krow ? krow[d] : T(0);
-            }
+            const auto lane = lane_rows<S>(
+                w, L.mr, ks, p.Dk,
+                [&](Index rr) { return ip * L.mr + rr < nb ? p.k_row(b, w.keys[c0 + ip * L.mr + rr]) : nullptr; },
+                r.values_deferred, [](Index) { return true; });
+            transpose_rows(lane, L.mr, p.Dk, block + ip * L.ps_k);
         }
     }
     L.ps_v = round_up(std::max<Index>(n, 1) * L.mr, 16);
     T* vp = w.vp.get(L.dv_panels * L.ps_v);
-    for (Index c = 0; c < n; ++c)
-        row_to_panels(row_values(p.v_row(b, w.keys[c]), vs, p.Dv, w.row.data()), p.Dv, L.dv_panels, L.ps_v, L.mr,
-                      vp + c * L.mr);
+    for (Index c = 0; c < n; ++c) {
+        const T* vrow = row_values(p.v_row(b, w.keys[c]), vs, p.Dv, w.rows.data());
+        if (r.values_deferred) watch_row(vrow, p.Dv);
+        row_to_panels(vrow, p.Dv, L.dv_panels, L.ps_v, L.mr, vp + c * L.mr);
+    }
 }
 
 // Exp that passes NaN through without handing it to hn::Exp, whose float -> int step is undefined for NaN
 // (UBSan; a NaN logit reaches here only with check_finite off).
 template <class D, class V>
-V exp_or_nan(D d, V x) {
+HWY_INLINE V exp_or_nan(D d, V x) {
     const auto nan = hn::IsNaN(x);
     return hn::IfThenElse(nan, x, hn::Exp(d, hn::IfThenZeroElse(nan, x)));
 }
@@ -331,61 +408,41 @@ inline bool consecutive(const Index* keys, Index n) { return n > 0 && keys[n - 1
 
 // Step 3c's explicit bias as stored, for lanes [0, nr) and the readable keys keys[0, nbj), in the layout of s
 // (bt[c * nr + rr]): lane rr reads the row at rows + min(rr, valid - 1) * row_stride (lanes past valid repeat the
-// last query's row, in bounds), key j at + j * key_stride. A transpose: 4 x 4 blocks in 128-bit vectors where the
-// keys are contiguous, else element by element. No mask is applied: see BiasSource::raw.
+// last query's row, in bounds), key j at + j * key_stride. A transpose (transpose_rows, `lane` its nr row pointers)
+// where the keys are contiguous, else element by element. No mask is applied: see BiasSource::raw.
 template <class T>
 void transpose_bias(const T* rows, Index row_stride, Index key_stride, const Index* keys, Index nbj, Index nr,
-                    Index valid, T* bt) {
+                    Index valid, const T** lane, T* bt) {
     const auto row = [&](Index rr) { return rows + std::min(rr, valid - 1) * row_stride; };
-    Index c0 = 0;
-#if HWY_TARGET != HWY_SCALAR
-    if constexpr (std::is_same_v<T, float>)
-        if (key_stride == 1 && nr % 4 == 0 && consecutive(keys, nbj)) {
-            const hn::Full128<float> d4;
-            const hn::Repartition<double, decltype(d4)> d2;
-            // Eight lanes at a time over every key: the rows lie a row stride apart, often a multiple of 4 KiB,
-            // which puts every lane's current cache line into one L1 set; eight of them stay there until their last
-            // four keys are read, sixteen would evict each other between two key steps.
-            const Index whole = nbj / 4 * 4;
-            for (Index r8 = 0; r8 < nr; r8 += 8) {
-                for (Index c = 0; c < whole; c += 4) {
-                    const Index j = keys[c];
-                    for (Index rr = r8; rr < std::min(r8 + 8, nr); rr += 4) {
-                        const auto r0 = hn::LoadU(d4, row(rr) + j), r1 = hn::LoadU(d4, row(rr + 1) + j);
-                        const auto r2 = hn::LoadU(d4, row(rr + 2) + j), r3 = hn::LoadU(d4, row(rr + 3) + j);
-                        // (r0[0] r1[0] r0[1] r1[1]), (r2[0] r3[0] r2[1] r3[1]), and the same of lanes 2 and 3
-                        const auto a = hn::BitCast(d2, hn::InterleaveLower(d4, r0, r1));
-                        const auto b = hn::BitCast(d2, hn::InterleaveLower(d4, r2, r3));
-                        const auto e = hn::BitCast(d2, hn::InterleaveUpper(d4, r0, r1));
-                        const auto f = hn::BitCast(d2, hn::InterleaveUpper(d4, r2, r3));
-                        hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, a, b)), d4, bt + c * nr + rr);
-                        hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, a, b)), d4, bt + (c + 1) * nr + rr);
-                        hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d2, e, f)), d4, bt + (c + 2) * nr + rr);
-                        hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d2, e, f)), d4, bt + (c + 3) * nr + rr);
-                    }
-                }
-            }
-            c0 = whole;  // the keys left over go one by one below
-        }
-#endif
-    for (Index c = c0; c < nbj; ++c)
+    if (key_stride == 1 && consecutive(keys, nbj)) {
+        for (Index rr = 0; rr < nr; ++rr) lane[rr] = row(rr) + keys[0];
+        transpose_rows(lane, nr, nbj, bt);
+        return;
+    }
+    for (Index c = 0; c < nbj; ++c)
         for (Index rr = 0; rr < nr; ++rr) bt[c * nr + rr] = row(rr)[keys[c] * key_stride];
 }
 
-// Asks for the bias that transpose_bias will read next (lanes [0, nr) of the rows at `rows`, keys keys[0, nbj))
-// while the current tile computes: its rows lie a row stride apart, one stream per query lane, more streams than a
-// hardware prefetcher follows. Contiguous keys only (the layout of transpose_bias's fast path). Inlined by force: a
-// function whose only effects are prefetches counts as pure to the optimiser, which would drop the call.
+// Asks for `count` contiguous values of each of `rows` rows a row stride apart, which the kernel reads soon: one
+// stream per row is more streams than a hardware prefetcher follows, and a block of q rows is read at once, with
+// no work to hide its wait behind. Inlined by force: a function whose only effects are prefetches counts as pure to
+// the optimiser, which would drop the call.
+template <class T>
+HWY_INLINE void prefetch_rows(const T* first, Index row_stride, Index rows, Index count) {
+    constexpr Index line = 64 / sizeof(T);
+    for (Index rr = 0; rr < rows; ++rr) {
+        const T* row = first + rr * row_stride;
+        for (Index c = 0; c < count; c += line) hwy::Prefetch(row + c);
+        hwy::Prefetch(row + count - 1);
+    }
+}
+
+// The bias that transpose_bias will read next (lanes [0, nr) of the rows at `rows`, keys keys[0, nbj)), asked for
+// while the current tile computes. Contiguous keys only (the layout of transpose_bias's fast path).
 template <class T>
 HWY_INLINE void prefetch_bias(const T* rows, Index row_stride, Index key_stride, const Index* keys, Index nbj, Index nr,
-                   Index valid) {
-    if (key_stride != 1 || !consecutive(keys, nbj)) return;
-    constexpr Index line = 64 / sizeof(T);
-    for (Index rr = 0; rr < std::min(nr, valid); ++rr) {
-        const T* row = rows + rr * row_stride + keys[0];
-        for (Index c = 0; c < nbj; c += line) hwy::Prefetch(row + c);
-        hwy::Prefetch(row + nbj - 1);
-    }
+                              Index valid) {
+    if (key_stride == 1 && consecutive(keys, nbj)) prefetch_rows(rows + keys[0], row_stride, std::min(nr, valid), nbj);
 }
 
 // Where step 3c's additive term t comes from: the explicit bias in the layout of s (bias_tile, or with `raw`
@@ -441,7 +498,7 @@ Index add_bias(D d, T* s, const BiasSource<T>& src, Index nbj, Index nr, Index v
 // sum x + t is already -inf exactly where add_bias's would be. The overflow check keeps two running extremes per lane
 // instead of mask logic per element: a sum overflowed upward when it is +inf (neither term is), downward when the sum
 // of the two terms with -inf read as 0 is -inf.
-// With Watch (the bias's values unread by the contract checks, Readability::bias_deferred), throws BiasNeedsReading
+// With Watch (the bias's values unread by the contract checks, Readability::values_deferred), throws ValuesNeedChecking
 // where an unblocked logit of a query gets a bias that is not finite (-inf, +inf or NaN: t * 0 is NaN), before
 // anything else: that entry may block a key, empty a row or be an error, which the checks decide.
 template <bool Watch, class D, class T = hn::TFromD<D>>
@@ -465,15 +522,15 @@ Index add_raw_bias(D d, T* s, const T* tile, Index nbj, Index nr, Index valid) {
             if constexpr (Watch) unread = hn::MulAdd(t, zero, unread);
         }
         if constexpr (Watch)
-            if (!hn::AllFalse(d, hn::IsNaN(unread))) throw BiasNeedsReading{};
+            if (!hn::AllFalse(d, hn::IsNaN(unread))) throw ValuesNeedChecking{};
         const auto bad = hn::And(queries, hn::Or(hn::Eq(hi, pos_inf), hn::Eq(lo, neg_inf)));
         if (!hn::AllFalse(d, bad)) return x + static_cast<Index>(hn::FindFirstTrue(d, bad));
     }
     return -1;
 }
 
-// With `watch` (Readability::bias_deferred, which only a raw explicit bias without ALiBi gets), add_raw_bias may
-// throw BiasNeedsReading.
+// With `watch` (Readability::values_deferred, which only a raw explicit bias without ALiBi gets), add_raw_bias may
+// throw ValuesNeedChecking.
 template <class T>
 Index add_bias_any_width(T* s, const BiasSource<T>& src, Index nbj, Index nr, Index valid, const Index* keys,
                          bool check, bool watch) {
@@ -487,18 +544,6 @@ Index add_bias_any_width(T* s, const BiasSource<T>& src, Index nbj, Index nr, In
     return nr % static_cast<Index>(hn::Lanes(d)) == 0 ? add(d) : add(hn::CappedTag<T, 1>());
 }
 
-template <class T>
-bool all_finite(const T* s, Index count) {
-    const hn::ScalableTag<T> d;
-    const Index N = static_cast<Index>(hn::Lanes(d));
-    auto ok = hn::IsFinite(hn::Zero(d));
-    Index j = 0;
-    for (; j + N <= count; j += N) ok = hn::And(ok, hn::IsFinite(hn::LoadU(d, s + j)));
-    if (!hn::AllTrue(d, ok)) return false;
-    for (; j < count; ++j)
-        if (!std::isfinite(s[j])) return false;
-    return true;
-}
 
 // Query rows [i0, i1) of batch element b; writes output rows (i1 - i0, Dv), rounded from T to the storage S once.
 // One function of ~140 lines on purpose: it is the kernel's hot loop over key blocks, and its six steps (pack,
@@ -522,12 +567,12 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
     // 1. pack q^T: panel jq holds (dim p, query lane rr) at p * nr + rr, zero rows past i1.
     T* qp = w.qp.get(L.q_panels * L.ps_q);
     const Index qs = p.q.stride(-1);
-    for (Index jq = 0; jq < panels; ++jq)
-        for (Index rr = 0; rr < nr; ++rr) {
-            const Index i = jq * nr + rr;
-            const T* qrow = i < rows ? row_values(p.q_row(b, i0 + i), qs, Dk, w.row.data()) : nullptr;
-            for (Index d = 0; d < Dk; ++d) qp[jq * L.ps_q + d * nr + rr] = qrow ? qrow[d] : T(0);
-        }
+    for (Index jq = 0; jq < panels; ++jq) {
+        const auto lane = lane_rows<S>(
+            w, nr, qs, Dk, [&](Index rr) { return jq * nr + rr < rows ? p.q_row(b, i0 + jq * nr + rr) : nullptr; },
+            r.values_deferred, [&](Index rr) { return r.row_nonempty[static_cast<std::size_t>(i0 + jq * nr + rr)] != 0; });
+        transpose_rows(lane, nr, Dk, qp + jq * L.ps_q);
+    }
     T* acc = w.acc.get(L.q_panels * L.Dv_pad * nr);  // panel jq: (Dv_pad, nr)
     T* sp = w.sp.get(L.q_panels * L.Bk_pad * nr);    // panel jq: (Bk_pad, nr), s^T then p^T
     T* blk = w.blk.get(L.Dv_pad * nr);               // (Dv_pad, nr), like one panel of acc
@@ -566,6 +611,11 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
         }
     }
 
+    // The next item's q rows (from i1, or batch element b + 1's first), asked for a few at a time while this item
+    // computes: read at its start, they would make it wait on memory with nothing to do meanwhile.
+    const Index q_next_b = i1 < p.Tq ? b : b + 1, q_next_i = i1 < p.Tq ? i1 : 0;
+    const Index q_next_rows = qs == 1 && q_next_b < p.batch ? std::min(L.Bq, p.Tq - q_next_i) : 0;
+    Index q_asked = 0;
     for (Index c0 = keys_begin / L.Bk * L.Bk; c0 < keys_end; c0 += L.Bk) {
         const Index nb = std::min(L.Bk, n - c0);  // readable keys [c0, c0 + nb)
         const T* kblock = w.kp.data.get() + (c0 / L.Bk) * L.k_block_stride;
@@ -583,6 +633,11 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             const Index cs = lo / mr * mr, k0 = c0 + cs, nbj = hi - cs;
             T* s = sp + jq * L.Bk_pad * nr + cs * nr;  // key k0 + c, query lane rr at s[c * nr + rr]
             T* accj = acc + jq * L.Dv_pad * nr;
+            if (q_asked < q_next_rows) {
+                const Index ask = std::min<Index>(8, q_next_rows - q_asked);
+                prefetch_rows(p.q_row(q_next_b, q_next_i + q_asked), p.q.stride(-2), ask, Dk);
+                q_asked += ask;
+            }
             if (bias_raw) {  // the next tile's bias (step 3c), the next panel's or the next block's first panel's
                 const Index ahead = jq + 1, c0n = c0 + ahead / panels * L.Bk, jqn = ahead % panels;
                 const Index nbn = std::min(L.Bk, n - c0n);
@@ -615,10 +670,10 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
                     for (Index c = 0; c < begin; ++c) s[c * nr + rr] = neg_inf;
                     for (Index c = begin; c < end && (p.allowed_mask || !tile_finite); ++c) {
                         T& x = s[c * nr + rr];
-                        // With the bias unread (Readability::bias_deferred), the mask alone: a -inf bias entry
+                        // With the bias unread (Readability::values_deferred), the mask alone: a -inf bias entry
                         // must reach step 3c's watch, which hands the call back to the checks that read it.
                         const Index j = w.keys[k0 + c];
-                        if (p.allowed_mask && !(r.bias_deferred ? p.mask_allows(b, i0 + i, j) : p.allowed(b, i0 + i, j))) {
+                        if (p.allowed_mask && !(r.values_deferred ? p.mask_allows(b, i0 + i, j) : p.allowed(b, i0 + i, j))) {
                             x = neg_inf;
                         } else if (options.check_finite && !std::isfinite(x)) {
                             throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i0 + i,
@@ -652,7 +707,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
                     if constexpr (std::is_same_v<S, T>)
                         if (bias_raw)
                             transpose_bias(p.bias_row(b, i0 + r0), p.bias_row_stride, p.bias_key_stride,
-                                           w.keys.data() + k0, nbj, nr, valid, bt);
+                                           w.keys.data() + k0, nbj, nr, valid, w.lanes.data(), bt);
                     if (!bias_raw)
                         bias_tile(p, b, i0 + r0, valid, w.keys.data() + k0, nbj, nr, w.row_begin.data() + r0,
                                   w.row_end.data() + r0, k0, p.alibi && !alibi_in_vectors, bt);
@@ -662,7 +717,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
                     src.alibi_base = i0 + r0 + p.Tk - p.Tq;
                 }
                 const Index bad = add_bias_any_width(s, src, nbj, nr, valid, w.keys.data() + k0, options.check_finite,
-                                                     r.bias_deferred);
+                                                     r.values_deferred);
                 if (bad >= 0)
                     throw_overflow(p.function, "a logit plus its bias", p.batch_index_string(b), i0 + r0 + bad,
                                    p.shapes);
@@ -786,7 +841,11 @@ void sdpa_tiled_impl(const SdpaProblem<S>& p, const std::vector<Readability>& re
             for (auto* v : {&w.row_begin, &w.row_end}) v->resize(lanes);
             for (auto* v : {&w.panel_begin, &w.panel_end, &w.panel_all_from, &w.panel_all_see})
                 v->resize(static_cast<std::size_t>(base.q_panels));
-            w.row.resize(static_cast<std::size_t>(std::max<Index>({p.Dk, p.Dv, 1})));
+            w.width = std::max<Index>({p.Dk, p.Dv, 1});
+            const auto n = static_cast<std::size_t>(std::max(base.mr, base.nr));
+            w.rows.resize(n * static_cast<std::size_t>(w.width));
+            w.zeros.assign(static_cast<std::size_t>(w.width), T(0));
+            w.lanes.resize(n);
         }
         if (w.b != b) pack_keys(p, r, b, L, w);
         tile(p, r, options, b, i0, i1, L, w, output + b * p.Tq * p.Dv + i0 * p.Dv,

@@ -48,7 +48,7 @@ const char* to_string(Corruption c) {
         case Corruption::NanScale: return "scale = NaN";
         case Corruption::SubnormalScale: return "a scale below the normal range";
         case Corruption::NegativeBlock: return "tiled_key_block = -1";
-        case Corruption::NanRead: return "a NaN in q, which its row reads";
+        case Corruption::NanRead: return "a NaN in q, k or v where a query reads";
         case Corruption::RankOne: return "q of rank 1";
         case Corruption::BatchesDisagree: return "k's heads unlike q's, neither of them 1";
         case Corruption::MaskMoreDims: return "an allowed mask of rank 5";
@@ -94,14 +94,15 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
             const Index Hkv = kind == Corruption::BatchesDisagree ? H + 2 : H;
             Tensor<T> q = kind == Corruption::RankOne ? normal_tensor<T>({Dk}, rng)
                                                       : normal_tensor<T>({B, Hq, Tq, Dk}, rng);
-            const Tensor<T> k = normal_tensor<T>({B, Hkv, Tk, kind == Corruption::DkMismatch ? Dk + 1 : Dk}, rng);
-            const Tensor<T> v = normal_tensor<T>({B, Hkv, kind == Corruption::TkMismatch ? Tk + 1 : Tk, Dv}, rng);
+            Tensor<T> k = normal_tensor<T>({B, Hkv, Tk, kind == Corruption::DkMismatch ? Dk + 1 : Dk}, rng);
+            Tensor<T> v = normal_tensor<T>({B, Hkv, kind == Corruption::TkMismatch ? Tk + 1 : Tk, Dv}, rng);
             std::optional<Tensor<bool>> mask;
             Tensor<T> bias, slopes;
             using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
             Tensor<Other> other_bias;
             SdpaOptions options;
             const char *expected_kind = "", *keyword = "";
+            std::string nan_named;  // NanRead: the tensor, its shape and the element the message must name
             switch (kind) {
                 case Corruption::DkMismatch: expected_kind = "ShapeError", keyword = "Dk"; break;
                 case Corruption::TkMismatch: expected_kind = "ShapeError", keyword = "Tk"; break;
@@ -120,12 +121,23 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
                 case Corruption::NegativeBlock:
                     options.tiled_key_block = -1, expected_kind = "ConfigError", keyword = "tiled_key_block";
                     break;
-                case Corruption::NanRead:
-                    q[static_cast<Index>(rng.below(static_cast<std::uint64_t>(q.numel())))] =
-                        std::numeric_limits<T>::quiet_NaN();
+                case Corruption::NanRead: {
+                    // Every query reads every key, so the NaN is read wherever it lies; the message names the
+                    // tensor, its shape and the element: "k [B, H, Tk, Dk] holds nan at batch index [b, h], row j,
+                    // column d" (the module's head path names its own tensors: the value alone there).
+                    const int which = static_cast<int>(rng.below(3));
+                    Tensor<T>& x = which == 0 ? q : which == 1 ? k : v;
+                    const Index at = static_cast<Index>(rng.below(static_cast<std::uint64_t>(x.numel())));
+                    x[at] = std::numeric_limits<T>::quiet_NaN();
                     mask = Tensor<bool>({Tq, Tk}, true);  // allows every key: named among the call's shapes
+                    const Index cols = x.dim(3), rows = x.dim(2), bh = at / (cols * rows);
+                    nan_named = std::string(which == 0 ? "q" : which == 1 ? "k" : "v") + " " +
+                                attn::to_string(x.shape()) + " holds nan at batch index " +
+                                attn::to_string(Shape{bh / x.dim(1), bh % x.dim(1)}) + ", row " +
+                                std::to_string(at / cols % rows) + ", column " + std::to_string(at % cols);
                     expected_kind = "ValueError", keyword = "holds nan";
                     break;
+                }
                 case Corruption::RankOne: expected_kind = "ShapeError", keyword = "rank >= 2"; break;
                 case Corruption::BatchesDisagree:
                     // The module's head path names its own rule: query heads a multiple of the K/V heads.
@@ -192,9 +204,12 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
             if (Verdict v = refused_with(call, to_string(kind), expected_kind, keyword)) return v;
             // A refusal names the shapes of the call's tensors, the mask's among them (as the module's head path
             // sees it, there: the suite's adapter lays it out as the head path takes it).
-            if (kind == Corruption::NanRead)
+            if (kind == Corruption::NanRead) {
+                if (impl.name != "mha")
+                    if (Verdict v = refused_with(call, to_string(kind), expected_kind, nan_named)) return v;
                 return refused_with(call, to_string(kind), expected_kind,
                                     impl.name == "mha" ? "allowed_mask [" : "allowed_mask " + attn::to_string(Shape{Tq, Tk}));
+            }
             return std::nullopt;
         });
     };

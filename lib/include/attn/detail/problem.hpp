@@ -121,10 +121,11 @@ struct Readability {
     // With a bias: the first (row, key) in C order where the rule and the mask let a query read a NaN or +inf bias
     // (-1 when none), found in the same pass; check_contracts reports it under check_finite.
     Index bad_bias_row = -1, bad_bias_key = -1;
-    // The bias's values were not looked at (check_contracts' defer_bias): the sets above are those of the causal
-    // rule, the window and the mask alone, which a bias changes only where a query reads a non-finite entry of it.
-    // The kernel that runs on them must look at every entry it adds and hand the call back when it meets such one.
-    bool bias_deferred = false;
+    // The values of q, k, v and the bias were not looked at (check_contracts' defer_values): the sets above are those
+    // of the causal rule, the window and the mask alone, which a bias changes only where a query reads a non-finite
+    // entry of it. The kernel that runs on them must look at every value it reads (the rows of q, k and v it packs,
+    // the bias entries it adds) and hand the call back when one is not finite.
+    bool values_deferred = false;
 };
 
 template <class T>
@@ -133,12 +134,13 @@ Readability readability(const SdpaProblem<T>& problem, Index b);
 // The contract checks every backend runs before computing: under EmptyRowPolicy::Throw a MaskError naming the
 // first empty row; under check_finite a ValueError naming the tensor and index of the first NaN/Inf that some
 // query reads. Returns the readability of every batch element for the kernel to reuse.
-// With defer_bias, for the tiled kernel's pass over a bias (float or double, check_finite on, no ALiBi): the bias's
-// own pass is left out when the rule and the mask alone leave nothing to refuse (Readability::bias_deferred); the
-// caller reruns the checks without it when the kernel hands the call back.
+// With defer_values, for the tiled kernel, which reads every value anyway (check_finite on; no bias, or a float or
+// double bias without ALiBi): the passes over the values are left out when the rule and the mask alone leave nothing
+// to refuse (Readability::values_deferred); the caller reruns the checks without defer_values when the kernel hands
+// the call back.
 template <class T>
 std::vector<Readability> check_contracts(const SdpaProblem<T>& problem, const SdpaOptions& options,
-                                         bool defer_bias = false);
+                                         bool defer_values = false);
 
 }  // namespace attn
 
