@@ -286,8 +286,29 @@ std::vector<std::string> field_values(const CaseConfig& c, const std::string& ke
 
 }  // namespace
 
+namespace {
+
+// A filter's alternatives: the parts between '|' ("impl=blis|mask=window" is two).
+std::vector<std::string> alternatives(const std::string& filter) {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    for (std::size_t bar; (bar = filter.find('|', start)) != std::string::npos; start = bar + 1)
+        parts.push_back(filter.substr(start, bar - start));
+    parts.push_back(filter.substr(start));
+    return parts;
+}
+
+}  // namespace
+
 void check_filter(const std::string& filter) {
     if (filter.empty()) return;
+    if (filter.find('|') != std::string::npos) {
+        for (const std::string& part : alternatives(filter)) {
+            if (part.empty()) throw ConfigError("filter '" + filter + "': an empty alternative between '|'");
+            check_filter(part);
+        }
+        return;
+    }
     if (filter.find('(') != std::string::npos) {
         (void)parse_config(filter);
         return;
@@ -299,6 +320,12 @@ void check_filter(const std::string& filter) {
 
 bool config_matches(const std::string& config, const std::string& filter) {
     if (filter.empty()) return true;
+    if (filter.find('|') != std::string::npos) {
+        const std::vector<std::string> parts = alternatives(filter);
+        return std::any_of(parts.begin(), parts.end(), [&](const std::string& part) {
+            return !part.empty() && config_matches(config, part);
+        });
+    }
     if (filter.find('(') != std::string::npos) return config == filter;
     const CaseConfig c = parse_config(config);
     for (const auto& [key, want] : config_fields(filter)) {

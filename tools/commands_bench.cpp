@@ -354,7 +354,8 @@ Action add_bench_command(CLI::App& app) {
     bench->add_option("--json", json_path, "Also write the rows as JSON to this file");
     bench->add_option("--filter", filter,
                       "Only the rows whose config string has these fields (e.g. 'impl=tiled,threads=1'; the gemm "
-                      "limit is impl=blis), as attn report --filter");
+                      "limit is impl=blis; alternatives separated by '|': 'impl=blis|mask=window'), as attn report "
+                      "--filter");
     bench->add_option("--repetitions", repetitions, "Repetitions per benchmark (default 5, quick 3)");
     return [bench]() -> int {
         if (!bench->parsed()) return not_mine;

@@ -53,7 +53,8 @@ Action add_report_command(CLI::App& app) {
                        "--filter, report-filter/ in the build directory)");
     report->add_option("--filter", settings->filter,
                        "Only the rows whose config string is this one, or has these fields (e.g. "
-                       "'impl=tiled,mask=causal-br,dtype=float'); drift compares only the matching baseline rows");
+                       "'impl=tiled,mask=causal-br,dtype=float'; alternatives separated by '|'); drift compares only "
+                       "the matching baseline rows");
     report->add_option("--baseline", settings->baseline,
                        "The baseline accuracy.json (default: reports/baselines/<fingerprint id>.json; compared only "
                        "when its fingerprint is this machine's)");

@@ -82,6 +82,7 @@ struct Workspace {
     std::uint64_t call = 0;  // the call that last used it (thread_workspace)
     Index b = -1;
     std::vector<Index> keys;  // readable key positions of batch element b, ascending
+    std::vector<char> block_packed;  // per key block of b: packed into kp and vp yet (pack_block)
     Buffer<T> kp, vp, qp, sp, acc, blk;  // blk: one key block's P V for one query panel, before it joins acc
     Buffer<T> bias;                      // one tile's explicit bias, in the layout of s (bias_tile)
     std::vector<T> row_max, row_sum;  // per lane (query)
@@ -90,6 +91,8 @@ struct Workspace {
     std::vector<T> rows, zeros;
     Index width = 0;
     std::vector<const T*> lanes;
+    std::vector<char> over;  // per lane of a query panel: an output of its row overflowed (divide_lanes)
+    std::vector<T> cut_lo, cut_hi;  // per lane of a query panel: its readable keys in the current tile (cut_positions)
     std::vector<Index> row_begin, row_end;  // per lane: readable keys [row_begin, row_end) pass the positional rule
     // Per query panel: the union [panel_begin, panel_end) and the intersection [all_from, all_see) of its rows' ranges.
     std::vector<Index> panel_begin, panel_end, panel_all_from, panel_all_see;
@@ -149,20 +152,20 @@ const T* row_values(const S* row, Index stride, Index n, T* tmp) {
 }
 
 // One row of n values into panels of w: panel id (at dst + id * stride) gets values [id w, id w + w), zero past
-// n. Where a vector holds a panel and the target stores under a mask without touching the other lanes (AVX2 and
-// AVX-512), a whole panel is one load and one masked store, as long as the load stays within the row; the rest
-// element by element. Data movement only: the same bits either way.
+// n. Where a vector of at most 8 lanes holds a panel, a whole panel is one load and one store of that vector, as long
+// as the load stays within the row: the store also writes the lanes past w, the start of the next row's place in
+// the panel (rows go in ascending order, so the next row writes its own values over them later; the caller leaves
+// room after the last row). Masked stores, which would not, measured slow (AMD Zen 5). The rest element by element.
+// Data movement only: the same bits either way.
+inline constexpr Index panel_spill = 8;  // values a row may write past its panel's w (row_to_panels)
 template <class T>
 void row_to_panels(const T* row, Index n, Index panels, Index stride, Index w, T* dst) {
     Index id = 0;
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    const hn::ScalableTag<T> d;
+#if HWY_TARGET != HWY_SCALAR
+    const hn::CappedTag<T, panel_spill> d;
     const Index N = static_cast<Index>(hn::Lanes(d));
-    if (w <= N) {
-        const auto panel = hn::FirstN(d, static_cast<std::size_t>(w));
-        for (; id < panels && id * w + N <= n; ++id)
-            hn::BlendedStore(hn::LoadU(d, row + id * w), panel, d, dst + id * stride);
-    }
+    if (w <= N)
+        for (; id < panels && id * w + N <= n; ++id) hn::StoreU(hn::LoadU(d, row + id * w), d, dst + id * stride);
 #endif
     for (; id < panels; ++id)
         for (Index r = 0; r < w; ++r) dst[id * stride + r] = id * w + r < n ? row[id * w + r] : T(0);
@@ -242,9 +245,11 @@ const T* const* lane_rows(Workspace<T>& w, Index n, Index stride, Index count, R
 
 // k -> key blocks of Bk keys, each as mr-key panels: panel element (key r, dim p) at p * mr + r (zero padded);
 // v -> mr-dim panels over all n keys: element (key c, dim r) at c * mr + r. Unreadable rows never enter. Storage S
-// converts to the compute type T here (exactly, row_values), once per batch element and thread.
+// converts to the compute type T here (exactly, row_values), once per batch element and thread, a key block at a
+// time when an item first reads it (pack_block): then the item reads the block's panels from cache, not from memory
+// after the packing of every other block (a windowed call's items read two or three blocks each).
 template <class S, class T>
-void pack_keys(const SdpaProblem<S>& p, const Readability& r, Index b, Layout& L, Workspace<T>& w) {
+void start_keys(const SdpaProblem<S>& p, const Readability& r, Index b, Layout& L, Workspace<T>& w) {
     w.b = b;
     w.keys.clear();
     for (Index j = 0; j < p.Tk; ++j)
@@ -252,26 +257,31 @@ void pack_keys(const SdpaProblem<S>& p, const Readability& r, Index b, Layout& L
     const Index n = static_cast<Index>(w.keys.size());
     L.n = n;
     const Index key_blocks = (n + L.Bk - 1) / L.Bk;
-    T* kp = w.kp.get(std::max<Index>(1, key_blocks * L.k_block_stride));
+    w.kp.get(std::max<Index>(1, key_blocks * L.k_block_stride));
+    L.ps_v = round_up(std::max<Index>(n, 1) * L.mr + panel_spill, 16);  // room for row_to_panels' last row
+    w.vp.get(L.dv_panels * L.ps_v);
+    w.block_packed.assign(static_cast<std::size_t>(key_blocks), 0);
+}
+
+// Key block kb of batch element w.b (start_keys): its k panels and its keys' v rows.
+template <class S, class T>
+void pack_block(const SdpaProblem<S>& p, const Readability& r, Index kb, const Layout& L, Workspace<T>& w) {
+    const Index b = w.b, c0 = kb * L.Bk, nb = std::min(L.Bk, L.n - c0);
     const Index ks = p.k.stride(-1), vs = p.v.stride(-1);
-    for (Index kb = 0; kb < key_blocks; ++kb) {
-        const Index c0 = kb * L.Bk, nb = std::min(L.Bk, n - c0);
-        T* block = kp + kb * L.k_block_stride;
-        for (Index ip = 0; ip < L.Bk_pad / L.mr; ++ip) {
-            const auto lane = lane_rows<S>(
-                w, L.mr, ks, p.Dk,
-                [&](Index rr) { return ip * L.mr + rr < nb ? p.k_row(b, w.keys[c0 + ip * L.mr + rr]) : nullptr; },
-                r.values_deferred, [](Index) { return true; });
-            transpose_rows(lane, L.mr, p.Dk, block + ip * L.ps_k);
-        }
+    T* block = w.kp.data.get() + kb * L.k_block_stride;
+    for (Index ip = 0; ip < L.Bk_pad / L.mr; ++ip) {
+        const auto lane = lane_rows<S>(
+            w, L.mr, ks, p.Dk,
+            [&](Index rr) { return ip * L.mr + rr < nb ? p.k_row(b, w.keys[c0 + ip * L.mr + rr]) : nullptr; },
+            r.values_deferred, [](Index) { return true; });
+        transpose_rows(lane, L.mr, p.Dk, block + ip * L.ps_k);
     }
-    L.ps_v = round_up(std::max<Index>(n, 1) * L.mr, 16);
-    T* vp = w.vp.get(L.dv_panels * L.ps_v);
-    for (Index c = 0; c < n; ++c) {
+    for (Index c = c0; c < c0 + nb; ++c) {
         const T* vrow = row_values(p.v_row(b, w.keys[c]), vs, p.Dv, w.rows.data());
         if (r.values_deferred) watch_row(vrow, p.Dv);
-        row_to_panels(vrow, p.Dv, L.dv_panels, L.ps_v, L.mr, vp + c * L.mr);
+        row_to_panels(vrow, p.Dv, L.dv_panels, L.ps_v, L.mr, w.vp.data.get() + c * L.mr);
     }
+    w.block_packed[static_cast<std::size_t>(kb)] = 1;
 }
 
 // Exp that passes NaN through without handing it to hn::Exp, whose float -> int step is undefined for NaN
@@ -285,8 +295,11 @@ HWY_INLINE V exp_or_nan(D d, V x) {
 // Online softmax over one key block for the nr queries of one panel (lanes), keys [0, nb) of s (Bk_pad, nr):
 // m_new = max(m, max_c s_c); p_c = Exp(s_c - m_new) in place; c = Exp(m - m_new); l = c l + sum_c p_c (the sum
 // sequential over keys); acc (Dv_pad, nr) *= c. Rows with nothing allowed yet keep m = -inf and get p = 0.
-template <class D, class T = hn::TFromD<D>>
+// Without NaNs (check_finite on: every logit is finite or -inf), Exp directly: the same values, three operations
+// fewer per vector.
+template <bool NaNs, class D, class T = hn::TFromD<D>>
 void online_softmax(D d, T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_pad) {
+    const auto exp = [d](auto x) { return NaNs ? exp_or_nan(d, x) : hn::Exp(d, x); };
     const Index N = static_cast<Index>(hn::Lanes(d));
     const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
     for (Index x = 0; x < nr; x += N) {
@@ -297,11 +310,11 @@ void online_softmax(D d, T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_
         const auto m_sub = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
         auto sum = hn::Zero(d);
         for (Index c = 0; c < nb; ++c) {
-            const auto pc = exp_or_nan(d, hn::Sub(hn::LoadU(d, s + c * nr + x), m_sub));
+            const auto pc = exp(hn::Sub(hn::LoadU(d, s + c * nr + x), m_sub));
             hn::StoreU(pc, d, s + c * nr + x);
             sum = hn::Add(sum, pc);
         }
-        const auto rescale = exp_or_nan(d, hn::Sub(m_old, m_sub));  // 1 when the max did not move, 0 from -inf
+        const auto rescale = exp(hn::Sub(m_old, m_sub));  // 1 when the max did not move, 0 from -inf
         hn::StoreU(m_new, d, m + x);
         hn::StoreU(hn::MulAdd(hn::LoadU(d, l + x), rescale, sum), d, l + x);
         for (Index dv = 0; dv < Dv_pad; ++dv)
@@ -310,13 +323,73 @@ void online_softmax(D d, T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_
 }
 
 template <class T>
-void online_softmax_any_width(T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_pad) {
+void online_softmax_any_width(T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_pad, bool nans) {
     // Element-wise per lane, so the vector width changes nothing in the result; one lane when nr does not split.
+    const auto run = [&](auto d) {
+        nans ? online_softmax<true>(d, s, nb, nr, m, l, acc, Dv_pad) : online_softmax<false>(d, s, nb, nr, m, l, acc, Dv_pad);
+    };
     const hn::ScalableTag<T> d;
     if (nr % static_cast<Index>(hn::Lanes(d)) == 0) {
-        online_softmax(d, s, nb, nr, m, l, acc, Dv_pad);
+        run(d);
     } else {
-        online_softmax(hn::CappedTag<T, 1>(), s, nb, nr, m, l, acc, Dv_pad);
+        run(hn::CappedTag<T, 1>());
+    }
+}
+
+// Step 3's positional cut in vectors: s[c * nr + x] = -inf where key c is outside lane x's [lo[x], hi[x]), looking
+// only at keys c < c_lo (the largest lo) and c >= c_hi (the smallest hi). Key offsets in T: exact below 2^digits
+// (the caller's test).
+template <class D, class T = hn::TFromD<D>>
+void cut_positions(D d, T* s, Index nb, Index nr, const T* lo, const T* hi, Index c_lo, Index c_hi) {
+    const Index N = static_cast<Index>(hn::Lanes(d));
+    const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
+    for (Index x = 0; x < nr; x += N) {
+        const auto l = hn::LoadU(d, lo + x), h = hn::LoadU(d, hi + x);
+        for (Index c = 0; c < c_lo; ++c)
+            hn::StoreU(hn::IfThenElse(hn::Lt(hn::Set(d, T(c)), l), neg_inf, hn::LoadU(d, s + c * nr + x)), d, s + c * nr + x);
+        for (Index c = c_hi; c < nb; ++c)
+            hn::StoreU(hn::IfThenElse(hn::Ge(hn::Set(d, T(c)), h), neg_inf, hn::LoadU(d, s + c * nr + x)), d, s + c * nr + x);
+    }
+}
+
+template <class T>
+void cut_positions_any_width(T* s, Index nb, Index nr, const T* lo, const T* hi, Index c_lo, Index c_hi) {
+    const hn::ScalableTag<T> d;
+    if (nr % static_cast<Index>(hn::Lanes(d)) == 0) {
+        cut_positions(d, s, nb, nr, lo, hi, c_lo, c_hi);
+    } else {
+        cut_positions(hn::CappedTag<T, 1>(), s, nb, nr, lo, hi, c_lo, c_hi);
+    }
+}
+
+// Step 6's division in the lanes of one query panel: a[dv * nr + x] /= l[x] for dv < Dv (the same division per
+// element as one row at a time); over[x] = whether a quotient of lane x is not finite (|q| <= max is false for NaN
+// and both infinities).
+template <class D, class T = hn::TFromD<D>>
+void divide_lanes(D d, T* a, const T* l, Index Dv, Index nr, char* over) {
+    const Index N = static_cast<Index>(hn::Lanes(d));
+    const auto max = hn::Set(d, std::numeric_limits<T>::max());
+    HWY_ALIGN T flags[hn::MaxLanes(d)];
+    for (Index x = 0; x < nr; x += N) {
+        const auto lv = hn::LoadU(d, l + x);
+        auto bad = hn::FirstN(d, 0);
+        for (Index dv = 0; dv < Dv; ++dv) {
+            const auto q = hn::Div(hn::LoadU(d, a + dv * nr + x), lv);
+            hn::StoreU(q, d, a + dv * nr + x);
+            bad = hn::Or(bad, hn::Not(hn::Le(hn::Abs(q), max)));
+        }
+        hn::Store(hn::IfThenElseZero(bad, hn::Set(d, T(1))), d, flags);
+        for (Index i = 0; i < N; ++i) over[x + i] = flags[i] != T(0);
+    }
+}
+
+template <class T>
+void divide_lanes_any_width(T* a, const T* l, Index Dv, Index nr, char* over) {
+    const hn::ScalableTag<T> d;
+    if (nr % static_cast<Index>(hn::Lanes(d)) == 0) {
+        divide_lanes(d, a, l, Dv, nr, over);
+    } else {
+        divide_lanes(hn::CappedTag<T, 1>(), a, l, Dv, nr, over);
     }
 }
 
@@ -611,6 +684,9 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
         }
     }
 
+    // The key blocks this item reads, packed when first read (pack_block).
+    for (Index kb = keys_begin / L.Bk; kb * L.Bk < keys_end; ++kb)
+        if (!w.block_packed[static_cast<std::size_t>(kb)]) pack_block(p, r, kb, L, w);
     // The next item's q rows (from i1, or batch element b + 1's first), asked for a few at a time while this item
     // computes: read at its start, they would make it wait on memory with nothing to do meanwhile.
     const Index q_next_b = i1 < p.Tq ? b : b + 1, q_next_i = i1 < p.Tq ? i1 : 0;
@@ -663,11 +739,26 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             if (position_cut || p.allowed_mask) {
                 // One vector pass first: when every logit of the tile is finite, no allowed one needs a look.
                 const bool tile_finite = !options.check_finite || all_finite(s, nbj * nr);
+                // Each row's keys outside its range: in vectors (cut_positions, lanes past the rows cut nothing)
+                // where the offsets are exact in T, else one by one.
+                const bool cut_in_vectors = nbj < (Index(1) << std::numeric_limits<T>::digits);
+                if (position_cut && cut_in_vectors) {
+                    Index c_lo = 0, c_hi = nbj;
+                    for (Index rr = 0; rr < nr; ++rr) {
+                        const Index i = jq * nr + rr;
+                        const Index begin = i < rows ? std::clamp<Index>(w.row_begin[i] - k0, 0, nbj) : 0;
+                        const Index end = i < rows ? std::clamp<Index>(w.row_end[i] - k0, begin, nbj) : nbj;
+                        w.cut_lo[rr] = static_cast<T>(begin), w.cut_hi[rr] = static_cast<T>(end);
+                        c_lo = std::max(c_lo, begin), c_hi = std::min(c_hi, end);
+                    }
+                    cut_positions_any_width(s, nbj, nr, w.cut_lo.data(), w.cut_hi.data(), c_lo, c_hi);
+                }
                 for (Index rr = 0; rr < nr && jq * nr + rr < rows; ++rr) {
                     const Index i = jq * nr + rr;
                     const Index begin = std::clamp<Index>(w.row_begin[i] - k0, 0, nbj);
                     const Index end = std::clamp<Index>(w.row_end[i] - k0, begin, nbj);
-                    for (Index c = 0; c < begin; ++c) s[c * nr + rr] = neg_inf;
+                    if (!cut_in_vectors)
+                        for (Index c = 0; c < begin; ++c) s[c * nr + rr] = neg_inf;
                     for (Index c = begin; c < end && (p.allowed_mask || !tile_finite); ++c) {
                         T& x = s[c * nr + rr];
                         // With the bias unread (Readability::values_deferred), the mask alone: a -inf bias entry
@@ -680,7 +771,8 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
                                            p.shapes);
                         }
                     }
-                    for (Index c = end; c < nbj; ++c) s[c * nr + rr] = neg_inf;
+                    if (!cut_in_vectors)
+                        for (Index c = end; c < nbj; ++c) s[c * nr + rr] = neg_inf;
                 }
             } else if (options.check_finite && !all_finite(s, nbj * nr)) {
                 for (Index rr = 0; rr < nr; ++rr)
@@ -725,7 +817,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
 
             // 4. online softmax: s^T becomes p^T; acc and l are rescaled to the new max.
             online_softmax_any_width(s, nbj, nr, w.row_max.data() + jq * nr, w.row_sum.data() + jq * nr, accj,
-                                     L.Dv_pad);
+                                     L.Dv_pad, !options.check_finite);
 
             // 5. acc^T (Dv, nr) += v^T[:, c0:c0+nbj] (Dv, nbj) @ p^T (nbj, nr): the block's product is formed on
             // its own in blk, then added to acc with one rounding per element (TiledKernelInfo: the block's partial
@@ -762,6 +854,29 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             lse[i] = r.row_nonempty[static_cast<std::size_t>(i0 + i)] ? w.row_max[i] + std::log(w.row_sum[i])
                                                                      : -std::numeric_limits<T>::infinity();
     if (Dv == 0) return;  // nothing to write, and acc holds no storage to index into
+    if constexpr (std::is_same_v<S, T>) {
+        // Per query panel: the division in the lanes, one transpose into the output rows, then the rows the
+        // division does not give, and the overflow check, row by row in order (as in the loop below).
+        for (Index jq = 0; jq < panels; ++jq) {
+            const Index r0 = jq * nr, valid = std::min(nr, rows - r0);
+            T* a = acc + jq * L.Dv_pad * nr;
+            divide_lanes_any_width(a, w.row_sum.data() + r0, Dv, nr, w.over.data());
+            for (Index dv = 0; dv < Dv; ++dv) w.lanes[dv] = a + dv * nr;
+            transpose_rows(w.lanes.data(), Dv, valid, out + r0 * Dv);
+            for (Index rr = 0; rr < valid; ++rr) {
+                const Index i = r0 + rr;
+                S* orow = out + i * Dv;
+                if (!r.row_nonempty[static_cast<std::size_t>(i0 + i)]) {
+                    write_empty_row(options.empty_rows, orow, Dv, static_cast<S*>(nullptr), 0);
+                } else if (w.row_sum[i] == T(0)) {
+                    std::fill_n(orow, Dv, std::numeric_limits<T>::quiet_NaN());  // as below
+                } else if (options.check_finite && w.over[rr]) {
+                    throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i0 + i, p.shapes);
+                }
+            }
+        }
+        return;
+    }
     for (Index i = 0; i < rows; ++i) {
         S* orow = out + i * Dv;
         if (!r.row_nonempty[static_cast<std::size_t>(i0 + i)]) {
@@ -845,9 +960,12 @@ void sdpa_tiled_impl(const SdpaProblem<S>& p, const std::vector<Readability>& re
             const auto n = static_cast<std::size_t>(std::max(base.mr, base.nr));
             w.rows.resize(n * static_cast<std::size_t>(w.width));
             w.zeros.assign(static_cast<std::size_t>(w.width), T(0));
-            w.lanes.resize(n);
+            w.lanes.resize(std::max<std::size_t>(n, static_cast<std::size_t>(p.Dv)));
+            w.over.resize(static_cast<std::size_t>(base.nr));
+            w.cut_lo.resize(static_cast<std::size_t>(base.nr));
+            w.cut_hi.resize(static_cast<std::size_t>(base.nr));
         }
-        if (w.b != b) pack_keys(p, r, b, L, w);
+        if (w.b != b) start_keys(p, r, b, L, w);
         tile(p, r, options, b, i0, i1, L, w, output + b * p.Tq * p.Dv + i0 * p.Dv,
              lse ? lse + b * p.Tq + i0 : nullptr);
     }, Schedule::Dynamic);

@@ -154,4 +154,11 @@ TEST_CASE("filters select by fields, defaults and bare mask kinds included") {
     CHECK_NOTHROW(check_filter(row));
     CHECK_THROWS_AS(check_filter("impl=tiled,colour=red"), ConfigError);
     CHECK_THROWS_AS(check_filter("sdpa(B=1)"), ConfigError);  // a whole config string must be one
+    // Alternatives: any of them.
+    CHECK(config_matches(row, "impl=reference|mask=random"));
+    CHECK(config_matches(row, "impl=tiled,dtype=double|" + row));
+    CHECK_FALSE(config_matches(row, "impl=reference|mask=padding"));
+    CHECK_NOTHROW(check_filter("impl=blis|mask=window,Tq=16384"));
+    CHECK_THROWS_AS(check_filter("impl=blis|"), ConfigError);
+    CHECK_THROWS_AS(check_filter("impl=blis|colour=red"), ConfigError);
 }

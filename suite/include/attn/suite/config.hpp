@@ -98,7 +98,8 @@ std::vector<std::pair<std::string, std::string>> config_fields(const std::string
 // A row or case selector: a whole config string matches exactly that string; a list of fields
 // ("impl=tiled,mask=causal-br,Tk=4096") matches every config string having each of them, a field left out of the
 // string counting as its default (values=normal, empty_rows=throw, ...) and a mask also by its bare kind
-// ("mask=random" matches mask=random-r3); "" matches everything. ConfigError for an unknown field.
+// ("mask=random" matches mask=random-r3); "" matches everything; alternatives separated by '|' match what any of
+// them matches ("impl=blis|mask=window,Tq=16384"). ConfigError for an unknown field.
 bool config_matches(const std::string& config, const std::string& filter);
 // ConfigError unless `filter` is one config_matches can use (a whole config string that parses, or known fields).
 void check_filter(const std::string& filter);
