@@ -80,7 +80,7 @@ MicroTile micro_tile() {
 
 template <class T>
 void packed_gemm(Index m_panels, Index n_panels, Index k, T alpha, const T* a, Index ps_a, const T* b, Index ps_b,
-                 T beta, T* c, Index rs_c, Index cs_c, Index ts_m, Index ts_n) {
+                 T beta, T* c, Index rs_c, Index cs_c, Index ts_m, Index ts_n, Ahead* ahead) {
     const Native<T>& n = native<T>();
     auxinfo_t aux{};
     bli_auxinfo_set_is_a(1, &aux);
@@ -94,6 +94,7 @@ void packed_gemm(Index m_panels, Index n_panels, Index k, T alpha, const T* a, I
             bli_auxinfo_set_next_b(last_i && j + 1 < n_panels ? bj + ps_b : bj, &aux);
             n.ukr(n.mr, n.nr, k, &alpha, const_cast<T*>(a + i * ps_a), bj, &beta, c + i * ts_m + j * ts_n, rs_c, cs_c,
                   &aux, n.cntx);
+            if (ahead) ahead->step();
         }
     }
 }
@@ -101,9 +102,9 @@ void packed_gemm(Index m_panels, Index n_panels, Index k, T alpha, const T* a, I
 template MicroTile micro_tile<float>();
 template MicroTile micro_tile<double>();
 template void packed_gemm<float>(Index, Index, Index, float, const float*, Index, const float*, Index, float, float*,
-                                 Index, Index, Index, Index);
+                                 Index, Index, Index, Index, Ahead*);
 template void packed_gemm<double>(Index, Index, Index, double, const double*, Index, const double*, Index, double,
-                                  double*, Index, Index, Index, Index);
+                                  double*, Index, Index, Index, Index, Ahead*);
 
 
 }  // namespace attn::detail

@@ -26,15 +26,43 @@ struct MicroTile {
 template <class T>
 MicroTile micro_tile();
 
+// Memory a caller will read soon, asked for a few cache lines at a time between the micro-kernel calls of its products
+// (packed_gemm): spread so, the prefetches overlap with arithmetic, where a burst of them would stall on the CPU's
+// queue of outstanding misses. Up to three byte ranges, taken in order.
+struct Ahead {
+    struct Range {
+        const char* next = nullptr;
+        const char* end = nullptr;
+    };
+    Range ranges[3];
+    int count = 0, current = 0;
+    int lines_per_step = 2;
+    void add(const void* begin, Index bytes) {
+        if (bytes > 0 && count < 3) {
+            const char* b = static_cast<const char*>(begin);
+            ranges[count++] = {b, b + bytes};
+        }
+    }
+    void step() {
+        for (int i = 0; i < lines_per_step && current < count; ++i) {
+            Range& r = ranges[current];
+            __builtin_prefetch(r.next);
+            r.next += 64;
+            if (r.next >= r.end) ++current;
+        }
+    }
+};
+
 // Whole micro-tiles straight through BLIS's native micro-kernel, on operands the caller packed once and reuses
 // (no per-call packing; this is how a fused kernel keeps its blocks in cache). For i < m_panels, j < n_panels:
 //   C_ij (mr x nr) = alpha * A_i (mr x k) @ B_j (k x nr) + beta * C_ij
 // A_i at a + i * ps_a holds column p at a_i + p * mr; B_j at b + j * ps_b holds row p at b_j + p * nr;
 // C_ij starts at c + i * ts_m + j * ts_n with element strides rs_c (rows), cs_c (columns), cs_c = 1 being the
 // kernel's preferred storage. Each dot product is a sequential (FMA) sum over p = 0..k-1. Packed buffers must be
-// 64-byte aligned with ps_a, ps_b multiples of 16 elements. Single-threaded, like gemm.
+// 64-byte aligned with ps_a, ps_b multiples of 16 elements. Single-threaded, like gemm. With `ahead`, one step of
+// its prefetches after each micro-kernel call.
 template <class T>
 void packed_gemm(Index m_panels, Index n_panels, Index k, T alpha, const T* a, Index ps_a, const T* b, Index ps_b,
-                 T beta, T* c, Index rs_c, Index cs_c, Index ts_m, Index ts_n);
+                 T beta, T* c, Index rs_c, Index cs_c, Index ts_m, Index ts_n, Ahead* ahead = nullptr);
 
 }  // namespace attn::detail

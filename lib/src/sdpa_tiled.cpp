@@ -687,11 +687,30 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
     // The key blocks this item reads, packed when first read (pack_block).
     for (Index kb = keys_begin / L.Bk; kb * L.Bk < keys_end; ++kb)
         if (!w.block_packed[static_cast<std::size_t>(kb)]) pack_block(p, r, kb, L, w);
-    // The next item's q rows (from i1, or batch element b + 1's first), asked for a few at a time while this item
-    // computes: read at its start, they would make it wait on memory with nothing to do meanwhile.
+    // Asked for a few cache lines per micro-kernel call while this item computes (Ahead), where they lie in one
+    // contiguous range each: the next item's q rows (from i1, or batch element b + 1's first) and the k and v rows of
+    // the first key block after this item's that is not packed yet. Read at the start of the item that needs them,
+    // they would make it wait on memory with nothing to do meanwhile.
+    Ahead ahead;
+    Index ahead_bytes = 0;
+    const auto ask = [&](const void* first, Index bytes) { ahead.add(first, bytes), ahead_bytes += bytes; };
     const Index q_next_b = i1 < p.Tq ? b : b + 1, q_next_i = i1 < p.Tq ? i1 : 0;
-    const Index q_next_rows = qs == 1 && q_next_b < p.batch ? std::min(L.Bq, p.Tq - q_next_i) : 0;
-    Index q_asked = 0;
+    if (qs == 1 && p.q.stride(-2) == Dk && q_next_b < p.batch)
+        ask(p.q_row(q_next_b, q_next_i), std::min(L.Bq, p.Tq - q_next_i) * Dk * Index(sizeof(S)));
+    const Index kb_next = keys_end > keys_begin ? (keys_end - 1) / L.Bk + 1 : 0;
+    if (kb_next > 0 && kb_next * L.Bk < n && !w.block_packed[static_cast<std::size_t>(kb_next)]) {
+        const Index c0 = kb_next * L.Bk, nb = std::min(L.Bk, n - c0);
+        if (consecutive(w.keys.data() + c0, nb)) {
+            if (p.k.stride(-1) == 1 && p.k.stride(-2) == Dk) ask(p.k_row(b, w.keys[c0]), nb * Dk * Index(sizeof(S)));
+            if (p.v.stride(-1) == 1 && p.v.stride(-2) == Dv) ask(p.v_row(b, w.keys[c0]), nb * Dv * Index(sizeof(S)));
+        }
+    }
+    {  // lines per step: the asked lines over the item's micro-kernel calls (both products of every tile)
+        Index calls = 0;
+        for (Index jq = 0; jq < panels; ++jq)
+            calls += std::max<Index>(w.panel_end[jq] - w.panel_begin[jq], 0) / mr + 2 * L.dv_panels;
+        ahead.lines_per_step = static_cast<int>(std::clamp<Index>(ahead_bytes / 64 / std::max<Index>(calls, 1) + 1, 1, 8));
+    }
     for (Index c0 = keys_begin / L.Bk * L.Bk; c0 < keys_end; c0 += L.Bk) {
         const Index nb = std::min(L.Bk, n - c0);  // readable keys [c0, c0 + nb)
         const T* kblock = w.kp.data.get() + (c0 / L.Bk) * L.k_block_stride;
@@ -709,11 +728,6 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             const Index cs = lo / mr * mr, k0 = c0 + cs, nbj = hi - cs;
             T* s = sp + jq * L.Bk_pad * nr + cs * nr;  // key k0 + c, query lane rr at s[c * nr + rr]
             T* accj = acc + jq * L.Dv_pad * nr;
-            if (q_asked < q_next_rows) {
-                const Index ask = std::min<Index>(8, q_next_rows - q_asked);
-                prefetch_rows(p.q_row(q_next_b, q_next_i + q_asked), p.q.stride(-2), ask, Dk);
-                q_asked += ask;
-            }
             if (bias_raw) {  // the next tile's bias (step 3c), the next panel's or the next block's first panel's
                 const Index ahead = jq + 1, c0n = c0 + ahead / panels * L.Bk, jqn = ahead % panels;
                 const Index nbn = std::min(L.Bk, n - c0n);
@@ -728,7 +742,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             // 2. scores: s^T (nbj, nr) = scale * k[k0:k0+nbj] (nbj, Dk) @ q^T (Dk, nr), tile by tile.
             if (Dk > 0) {
                 packed_gemm<T>((nbj + mr - 1) / mr, 1, Dk, static_cast<T>(p.scale), kblock + (cs / mr) * L.ps_k,
-                               L.ps_k, qp + jq * L.ps_q, L.ps_q, T(0), s, nr, 1, mr * nr, 0);
+                               L.ps_k, qp + jq * L.ps_q, L.ps_q, T(0), s, nr, 1, mr * nr, 0, &ahead);
             } else {
                 std::fill_n(s, nbj * nr, T(0));
             }
@@ -825,7 +839,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             if (Dv == 0) continue;  // no value columns: nothing to accumulate (and no packed v to point into)
             if (v_block_finite) {
                 packed_gemm<T>(L.dv_panels, 1, nbj, T(1), w.vp.data.get() + k0 * mr, L.ps_v, s, 0, T(0), blk, nr,
-                               1, mr * nr, 0);
+                               1, mr * nr, 0, &ahead);
             } else {
                 // A NaN/Inf value row that some query reads must not reach the rows of queries that may not read it
                 // (pytorch#101967): each row sums over its own allowed keys only. blk (d, lane rr) at d * nr + rr.
