@@ -293,8 +293,15 @@ std::string summary_markdown(const json& s) {
       << " s, unmutated suite " << fixed(t.at("baseline").get<double>(), 0) << " s, mutants "
       << fixed(t.at("mutants").get<double>(), 0) << " s) on " << s.at("cores").get<int>() << " cores";
     if (s.contains("rerun_seconds"))
-        o << "; then `--rerun-survivors` ran the " << s.at("rerun_mutants").get<int>() << " survivors and equivalents again in "
-          << fixed(s.at("rerun_seconds").at("total").get<double>(), 0) << " s";
+        o << "; then the last `--rerun-survivors` ran " << s.at("rerun_mutants").get<int>() << " survivors and equivalents again"
+          << (s.value("rerun_new_mutants", 0) > 0
+                  ? " (" + std::to_string(s.at("rerun_new_mutants").get<int>()) +
+                        " of them new to the sample: their lines changed since the whole run; every other result is the "
+                        "whole run's, for a line whose text is unchanged)"
+                  : std::string())
+          << " in " << fixed(s.at("rerun_seconds").at("total").get<double>(), 0) << " s";
+    if (s.value("relabelled", false))
+        o << "; the survivors then labelled again by the current " << equivalents_file << " (`--relabel`, no run)";
     o << ".\n";
     return o.str();
 }
@@ -306,7 +313,7 @@ Action add_mutate_command(CLI::App& app) {
     static double min_score = 95;
     static std::vector<std::string> only;
     static std::string file_filter, out_dir;
-    static bool list = false, list_all = false, rerun = false;
+    static bool list = false, list_all = false, rerun = false, relabel = false;
     auto* cmd = app.add_subcommand(
         "mutate", "The property suite against automatic mutations of lib/src, one at a time in a scratch copy "
                   "(build/mutate); writes the mutation score and every survivor to reports/mutation/");
@@ -319,7 +326,11 @@ Action add_mutate_command(CLI::App& app) {
     cmd->add_option("--out", out_dir, "Directory for summary.md and summary.json (default: reports/mutation)");
     cmd->add_flag("--rerun-survivors", rerun,
                   "Run again only the mutants the last summary (in --out) lists as surviving the properties or as "
-                  "equivalent, keeping its other results: the triage loop after a property changed");
+                  "equivalent, and the sampled mutants it does not have (their lines changed), keeping its other results: the "
+                  "triage loop after a property or lib/src changed; with --only, just those of them");
+    cmd->add_flag("--relabel", relabel,
+                  "Run nothing: label the last summary's survivors (in --out) survived or equivalent by the current "
+                  "equivalents list, after entries were added to it");
     cmd->add_flag("--list", list, "List the sampled mutants and stop");
     cmd->add_flag("--list-all", list_all, "List every candidate mutant and stop");
     return [cmd]() -> int {
@@ -342,7 +353,9 @@ Action add_mutate_command(CLI::App& app) {
             for (Mutant& m : mutate::find_mutants(rel, texts[rel])) all.push_back(std::move(m));
         }
         std::vector<Mutant> chosen;
-        if (!only.empty()) {
+        // With --rerun-survivors, --only picks which of the sample's open mutants run again; the summary stays the
+        // whole sample's.
+        if (!only.empty() && !rerun) {
             for (const Mutant& m : all)
                 if (std::find(only.begin(), only.end(), m.id) != only.end()) chosen.push_back(m);
             for (const std::string& id : only)
@@ -366,144 +379,189 @@ Action add_mutate_command(CLI::App& app) {
         std::map<std::string, json> previous;
         json previous_summary;
         std::vector<Mutant> runlist = chosen;
-        if (rerun) {
+        std::size_t rerun_new = 0;
+        if (rerun && relabel) {
+            std::cerr << "attn mutate: --rerun-survivors and --relabel exclude each other\n";
+            return 2;
+        }
+        if (rerun || relabel) {
             const fs::path last = out / "summary.json";
             if (!fs::is_regular_file(last)) {
-                std::cerr << "attn mutate: --rerun-survivors needs the summary of a whole run in " << last.string() << "\n";
+                std::cerr << "attn mutate: " << (rerun ? "--rerun-survivors" : "--relabel") << " needs the summary of a whole run in "
+                          << last.string() << "\n";
                 return 2;
             }
             std::ifstream in(last);
             previous_summary = json::parse(in);
             for (const json& r : previous_summary.at("mutants")) previous[r.at("id").get<std::string>()] = r;
-            std::vector<std::string> missing;
-            for (const Mutant& m : chosen)
-                if (!previous.count(m.id)) missing.push_back(m.id);
-            if (!missing.empty() || previous.size() != chosen.size()) {
-                std::cerr << "attn mutate: the sample is not the one of " << last.string() << " (" << missing.size()
-                          << " of its mutants are new: lib/src changed, or the options differ); run the whole sample\n";
-                return 2;
-            }
+            // A mutant's id hashes its line's text, so a sampled mutant that the last run did not have is on a line
+            // that changed since (or the options differ): it runs too. Most of the sample must be the last run's,
+            // or the carried results would describe another sample.
+            std::size_t carried = 0;
             runlist.clear();
             for (const Mutant& m : chosen) {
+                if (!previous.count(m.id)) {
+                    runlist.push_back(m);
+                    ++rerun_new;
+                    continue;
+                }
+                ++carried;
                 const std::string status = previous.at(m.id).at("status").get<std::string>();
-                if (status == "survived" || status == "unit" || status == "equivalent") runlist.push_back(m);
+                if ((status == "survived" || status == "unit" || status == "equivalent") &&
+                    (only.empty() || std::find(only.begin(), only.end(), m.id) != only.end()))
+                    runlist.push_back(m);
+            }
+            for (const std::string& id : only)
+                if (std::none_of(runlist.begin(), runlist.end(), [&](const Mutant& m) { return m.id == id; })) {
+                    std::cerr << "attn mutate: '" << id << "' is not an open mutant of the sample (a survivor, a unit "
+                              << "tests' kill or an equivalent of " << last.string() << ")\n";
+                    return 2;
+                }
+            if (relabel && rerun_new > 0) {
+                std::cerr << "attn mutate: --relabel needs the sample of " << last.string() << " (" << rerun_new << " of its "
+                          << chosen.size() << " mutants are new: lib/src changed); run --rerun-survivors\n";
+                return 2;
+            }
+            if (relabel) runlist.clear();
+            if (2 * carried < chosen.size()) {
+                std::cerr << "attn mutate: the sample is not the one of " << last.string() << " (" << rerun_new << " of its "
+                          << chosen.size() << " mutants are new: lib/src changed, or the options differ); run the whole sample\n";
+                return 2;
             }
         }
 
         // 2. The scratch copies (one per worker), configured and built once (incremental between runs).
         const fs::path root = source / "build" / "mutate", logs = root / "logs";
-        fs::remove_all(logs);
-        fs::create_directories(logs);
-        const std::size_t workers = std::max<std::size_t>(1, std::min(worker_count, runlist.size()));
-        // Each worker builds with one job when there are several: the workers are the parallelism.
-        const std::string build_jobs = workers > 1 ? "1" : jobs();
-        std::vector<Worker> ws(workers);
-        std::cout << "== attn mutate: " << chosen.size() << " mutants of " << all.size() << " candidates in " << texts.size()
-                  << " files; " << workers << " scratch cop" << (workers > 1 ? "ies" : "y") << " in " << root.string() << "\n";
-        auto t0 = std::chrono::steady_clock::now();
-        for (std::size_t w = 0; w < workers; ++w) {
-            Worker& k = ws[w];
-            k.copy = root / (w == 0 ? std::string("src") : "src-" + std::to_string(w));
-            k.build_dir = k.copy / "build" / "mutate";
-            k.program = k.build_dir / "suite" / "attn_properties_test";
-            k.cd = "cd " + quote(k.copy) + " && ";
-            fs::create_directories(k.copy);
-            const int synced = sync_tree(source, k.copy);
-            std::cout << "== attn mutate: " << k.copy.string() << ": " << synced << " files copied; building the mutate preset\n";
-            const std::string all_jobs = " -j " + jobs();
-            k.build = "cmake --build --preset mutate --target attn_properties_test -j " + build_jobs;
-            const fs::path log = logs / ("build-" + std::to_string(w) + ".txt");
-            if (run(k.cd + "cmake --preset mutate > " + quote(log) + " 2>&1") != 0 ||
-                run(k.cd + "cmake --build --preset mutate --target attn_properties_test" + all_jobs + " >> " + quote(log) + " 2>&1") != 0) {
-                std::cerr << "attn mutate: the scratch build of the unmutated sources failed; see " << log.string() << "\n";
-                return 2;
-            }
-            // The second tier: the unit tests (ctest -L unit), run on the property suite's survivors only, so that
-            // the summary tells a gap of the properties that the unit tests cover from a gap of both.
-            const std::string unit_targets = unit_test_targets(k.build_dir, logs);
-            if (unit_targets.empty()) {
-                std::cerr << "attn mutate: the scratch build " << k.build_dir.string() << " has no tests labelled unit (is "
-                          << "ATTN_BUILD_TESTS on in the preset mutate?)\n";
-                return 2;
-            }
-            k.unit_build = "cmake --build --preset mutate -j " + build_jobs + " --target" + unit_targets;
-            k.unit_run = "ctest --test-dir " + quote(k.build_dir) + " -L unit -j " + build_jobs + " --stop-on-failure";
-            if (run(k.cd + "cmake --build --preset mutate" + all_jobs + " --target" + unit_targets + " >> " + quote(log) + " 2>&1") != 0) {
-                std::cerr << "attn mutate: the scratch build of the unit tests failed; see " << log.string() << "\n";
-                return 2;
-            }
-            k.cases_before = files_below(k.copy / "regressions");
-        }
-        const double setup_seconds = seconds_since(t0);
-
-        // 3. The unmutated suite must pass (in the first copy); its times set each run's limit.
-        std::map<std::string, double> limit;
-        t0 = std::chrono::steady_clock::now();
-        for (const Stage& s : stages) {
-            const auto ts = std::chrono::steady_clock::now();
-            const fs::path log = logs / ("baseline-" + s.name + ".txt");
-            const int code = run(ws[0].cd + "env OMP_WAIT_POLICY=PASSIVE " + s.environment + " " + quote(ws[0].program) + " " +
-                                 s.arguments + " > " + quote(log) + " 2>&1");
-            const double took = seconds_since(ts);
-            std::cout << "== attn mutate: unmutated " << s.name << ": " << (code == 0 ? "passed" : "FAILED") << " in "
-                      << fixed(took, 1) << " s\n";
-            if (code != 0) {
-                std::cerr << "attn mutate: the property suite fails on the unmutated sources (" << s.name << "); see "
-                          << log.string() << "\n";
-                return 2;
-            }
-            // Generous: the workers share the cores.
-            limit[s.name] = 3 * static_cast<double>(workers) * took + 20;
-        }
-        {
-            const auto ts = std::chrono::steady_clock::now();
-            const int code = run("env OMP_WAIT_POLICY=PASSIVE " + ws[0].unit_run + " > " + quote(logs / "baseline-unit.txt") + " 2>&1");
-            std::cout << "== attn mutate: unmutated unit tests: " << (code == 0 ? "passed" : "FAILED") << " in "
-                      << fixed(seconds_since(ts), 1) << " s\n";
-            if (code != 0) {
-                std::cerr << "attn mutate: the unit tests fail on the unmutated sources; see " << (logs / "baseline-unit.txt").string() << "\n";
-                return 2;
-            }
-            limit["unit"] = 3 * static_cast<double>(workers) * seconds_since(ts) + 30;
-        }
-        const double baseline_seconds = seconds_since(t0);
-
-        // 4. The mutants: each worker takes the next one not yet taken.
-        std::vector<json> fresh(runlist.size());
-        std::mutex lock;
-        std::size_t next = 0, done = 0;
-        t0 = std::chrono::steady_clock::now();
-        const auto work = [&](Worker& k) {
-            for (;;) {
-                std::size_t i;
-                {
-                    std::lock_guard<std::mutex> g(lock);
-                    if (next == runlist.size()) return;
-                    i = next++;
+        std::vector<json> fresh;
+        double setup_seconds = 0, baseline_seconds = 0, mutant_seconds = 0;
+        std::size_t workers = 0;
+        if (!relabel) {
+            fs::remove_all(logs);
+            fs::create_directories(logs);
+            workers = std::max<std::size_t>(1, std::min(worker_count, runlist.size()));
+            // Each worker builds with one job when there are several: the workers are the parallelism.
+            const std::string build_jobs = workers > 1 ? "1" : jobs();
+            std::vector<Worker> ws(workers);
+            std::cout << "== attn mutate: " << chosen.size() << " mutants of " << all.size() << " candidates in " << texts.size()
+                      << " files; " << workers << " scratch cop" << (workers > 1 ? "ies" : "y") << " in " << root.string() << "\n";
+            auto t0 = std::chrono::steady_clock::now();
+            for (std::size_t w = 0; w < workers; ++w) {
+                Worker& k = ws[w];
+                k.copy = root / (w == 0 ? std::string("src") : "src-" + std::to_string(w));
+                k.build_dir = k.copy / "build" / "mutate";
+                k.program = k.build_dir / "suite" / "attn_properties_test";
+                k.cd = "cd " + quote(k.copy) + " && ";
+                fs::create_directories(k.copy);
+                const int synced = sync_tree(source, k.copy);
+                std::cout << "== attn mutate: " << k.copy.string() << ": " << synced << " files copied; building the mutate preset\n";
+                const std::string all_jobs = " -j " + jobs();
+                k.build = "cmake --build --preset mutate --target attn_properties_test -j " + build_jobs;
+                const fs::path log = logs / ("build-" + std::to_string(w) + ".txt");
+                if (run(k.cd + "cmake --preset mutate > " + quote(log) + " 2>&1") != 0 ||
+                    run(k.cd + "cmake --build --preset mutate --target attn_properties_test" + all_jobs + " >> " + quote(log) + " 2>&1") != 0) {
+                    std::cerr << "attn mutate: the scratch build of the unmutated sources failed; see " << log.string() << "\n";
+                    return 2;
                 }
-                fresh[i] = run_mutant(k, runlist[i], texts.at(runlist[i].file), limit, equivalents, logs);
-                std::lock_guard<std::mutex> g(lock);
-                const json& r = fresh[i];
-                std::cout << "[" << ++done << "/" << runlist.size() << "] " << r.at("id").get<std::string>() << " "
-                          << r.at("file").get<std::string>() << ":" << r.at("line").get<int>() << " " << r.at("op").get<std::string>()
-                          << " " << r.at("change").get<std::string>() << ": " << r.at("status").get<std::string>()
-                          << (r.at("killed_by").get<std::string>().empty() ? "" : " (" + r.at("killed_by").get<std::string>() + ")")
-                          << " " << fixed(r.at("seconds").get<double>(), 0) << " s" << std::endl;
+                // The second tier: the unit tests (ctest -L unit), run on the property suite's survivors only, so that
+                // the summary tells a gap of the properties that the unit tests cover from a gap of both.
+                const std::string unit_targets = unit_test_targets(k.build_dir, logs);
+                if (unit_targets.empty()) {
+                    std::cerr << "attn mutate: the scratch build " << k.build_dir.string() << " has no tests labelled unit (is "
+                              << "ATTN_BUILD_TESTS on in the preset mutate?)\n";
+                    return 2;
+                }
+                k.unit_build = "cmake --build --preset mutate -j " + build_jobs + " --target" + unit_targets;
+                k.unit_run = "ctest --test-dir " + quote(k.build_dir) + " -L unit -j " + build_jobs + " --stop-on-failure";
+                if (run(k.cd + "cmake --build --preset mutate" + all_jobs + " --target" + unit_targets + " >> " + quote(log) + " 2>&1") != 0) {
+                    std::cerr << "attn mutate: the scratch build of the unit tests failed; see " << log.string() << "\n";
+                    return 2;
+                }
+                k.cases_before = files_below(k.copy / "regressions");
             }
-        };
-        std::vector<std::thread> threads;
-        for (std::size_t w = 1; w < workers; ++w) threads.emplace_back(work, std::ref(ws[w]));
-        work(ws[0]);
-        for (std::thread& t : threads) t.join();
-        // The scratch builds back to the unmutated sources.
-        if (!runlist.empty())
-            for (const Worker& k : ws) (void)run(k.cd + k.build + " > /dev/null 2>&1");
-        const double mutant_seconds = seconds_since(t0);
+            setup_seconds = seconds_since(t0);
+
+            // 3. The unmutated suite must pass (in the first copy); its times set each run's limit.
+            std::map<std::string, double> limit;
+            t0 = std::chrono::steady_clock::now();
+            for (const Stage& s : stages) {
+                const auto ts = std::chrono::steady_clock::now();
+                const fs::path log = logs / ("baseline-" + s.name + ".txt");
+                const int code = run(ws[0].cd + "env OMP_WAIT_POLICY=PASSIVE " + s.environment + " " + quote(ws[0].program) + " " +
+                                     s.arguments + " > " + quote(log) + " 2>&1");
+                const double took = seconds_since(ts);
+                std::cout << "== attn mutate: unmutated " << s.name << ": " << (code == 0 ? "passed" : "FAILED") << " in "
+                          << fixed(took, 1) << " s\n";
+                if (code != 0) {
+                    std::cerr << "attn mutate: the property suite fails on the unmutated sources (" << s.name << "); see "
+                              << log.string() << "\n";
+                    return 2;
+                }
+                // Generous: the workers share the cores.
+                limit[s.name] = 3 * static_cast<double>(workers) * took + 20;
+            }
+            {
+                const auto ts = std::chrono::steady_clock::now();
+                const int code = run("env OMP_WAIT_POLICY=PASSIVE " + ws[0].unit_run + " > " + quote(logs / "baseline-unit.txt") + " 2>&1");
+                std::cout << "== attn mutate: unmutated unit tests: " << (code == 0 ? "passed" : "FAILED") << " in "
+                          << fixed(seconds_since(ts), 1) << " s\n";
+                if (code != 0) {
+                    std::cerr << "attn mutate: the unit tests fail on the unmutated sources; see " << (logs / "baseline-unit.txt").string() << "\n";
+                    return 2;
+                }
+                limit["unit"] = 3 * static_cast<double>(workers) * seconds_since(ts) + 30;
+            }
+            baseline_seconds = seconds_since(t0);
+
+            // 4. The mutants: each worker takes the next one not yet taken.
+            fresh.resize(runlist.size());
+            std::mutex lock;
+            std::size_t next = 0, done = 0;
+            t0 = std::chrono::steady_clock::now();
+            const auto work = [&](Worker& k) {
+                for (;;) {
+                    std::size_t i;
+                    {
+                        std::lock_guard<std::mutex> g(lock);
+                        if (next == runlist.size()) return;
+                        i = next++;
+                    }
+                    fresh[i] = run_mutant(k, runlist[i], texts.at(runlist[i].file), limit, equivalents, logs);
+                    std::lock_guard<std::mutex> g(lock);
+                    const json& r = fresh[i];
+                    std::cout << "[" << ++done << "/" << runlist.size() << "] " << r.at("id").get<std::string>() << " "
+                              << r.at("file").get<std::string>() << ":" << r.at("line").get<int>() << " " << r.at("op").get<std::string>()
+                              << " " << r.at("change").get<std::string>() << ": " << r.at("status").get<std::string>()
+                              << (r.at("killed_by").get<std::string>().empty() ? "" : " (" + r.at("killed_by").get<std::string>() + ")")
+                              << " " << fixed(r.at("seconds").get<double>(), 0) << " s" << std::endl;
+                }
+            };
+            std::vector<std::thread> threads;
+            for (std::size_t w = 1; w < workers; ++w) threads.emplace_back(work, std::ref(ws[w]));
+            work(ws[0]);
+            for (std::thread& t : threads) t.join();
+            // The scratch builds back to the unmutated sources.
+            if (!runlist.empty())
+                for (const Worker& k : ws) (void)run(k.cd + k.build + " > /dev/null 2>&1");
+            mutant_seconds = seconds_since(t0);
+        }
         // The results in the sample's order: this run's, and the last summary's for the mutants not run again.
         std::map<std::string, json> by_id;
         for (const json& r : fresh) by_id[r.at("id").get<std::string>()] = r;
         std::vector<json> results;
         for (const Mutant& m : chosen) results.push_back(by_id.count(m.id) ? by_id.at(m.id) : previous.at(m.id));
+        // With --relabel: the survivors of the last run (of the properties and the unit tests) against the current list
+        // of equivalents, which is all that tells "survived" from "equivalent" once a mutant has run.
+        if (relabel)
+            for (json& r : results) {
+                const std::string id = r.at("id").get<std::string>(), status = r.at("status").get<std::string>();
+                if (status == "survived" && equivalents.count(id)) {
+                    r["status"] = "equivalent";
+                    r["reason"] = equivalents.at(id);
+                } else if (status == "equivalent" && !equivalents.count(id)) {
+                    r["status"] = "survived";
+                    r.erase("reason");
+                }
+            }
         std::map<std::string, json> per_file;
         for (const auto& [file, text] : texts)
             per_file[file] = {{"file", file}, {"candidates", 0}, {"run", 0}, {"killed", 0}, {"unit", 0}, {"survived", 0}, {"equivalent", 0}, {"stillborn", 0}};
@@ -536,14 +594,20 @@ Action add_mutate_command(CLI::App& app) {
         for (const auto& [file, f] : per_file) s["files"].push_back(f);
         s["mutants"] = json(results);
         s["cores"] = std::stoi(jobs());
-        s["workers"] = workers;
+        s["workers"] = relabel ? previous_summary.at("workers") : json(workers);
         const json this_run = {{"setup", setup_seconds}, {"baseline", baseline_seconds}, {"mutants", mutant_seconds},
                                {"total", seconds_since(t_start)}};
         // A rerun keeps the whole run's times (the cost of the sample) and adds its own.
-        s["seconds"] = rerun ? previous_summary.at("seconds") : this_run;
+        s["seconds"] = rerun || relabel ? previous_summary.at("seconds") : this_run;
+        if (relabel) {
+            for (const char* key : {"rerun_seconds", "rerun_mutants", "rerun_new_mutants"})
+                if (previous_summary.contains(key)) s[key] = previous_summary.at(key);
+            s["relabelled"] = true;
+        }
         if (rerun) {
             s["rerun_seconds"] = this_run;
             s["rerun_mutants"] = runlist.size();
+            s["rerun_new_mutants"] = rerun_new;
         }
         // Entries of the equivalents list that no candidate has any more (the line changed): stale.
         std::vector<std::string> stale;
