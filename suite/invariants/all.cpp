@@ -37,6 +37,7 @@ Property module_bad_calls_are_refused_with_an_error_naming_them();
 Property key_padding_mask_allows_exactly_the_tokens_that_are_not_pad();
 Property degenerate_sizes_give_their_limits();
 Property strided_inputs_give_the_bits_of_contiguous_ones();
+Property batch_dims_are_only_a_layout();
 Property head_path_gives_the_bits_of_sdpa();
 Property output_into_gives_the_bits_of_the_returned_output();
 Property a_row_of_minus_infinite_logits_is_nan();
@@ -89,6 +90,7 @@ const std::vector<Property>& properties() {
         key_padding_mask_allows_exactly_the_tokens_that_are_not_pad(),
         degenerate_sizes_give_their_limits(),
         strided_inputs_give_the_bits_of_contiguous_ones(),
+        batch_dims_are_only_a_layout(),
         head_path_gives_the_bits_of_sdpa(),
         output_into_gives_the_bits_of_the_returned_output(),
         a_row_of_minus_infinite_logits_is_nan(),

@@ -8,8 +8,9 @@
 // - output: every value the largest finite number: each output element is a weighted mean of them, whose exact value
 //   is finite, but an implementation that sums before it divides overflows: the call either returns finite outputs
 //   or refuses naming "the output (weights @ v)"; so must the module's head path with dropout 0.9 in training mode
-//   (kept weights are multiplied by 10 before the values), naming multi_head_sdpa and the output that overflowed,
-//   with every key readable and with one key per row (where only the dropped-out output can overflow);
+//   (kept weights are multiplied by 10 before the values; the largest number in each head's first value column),
+//   naming multi_head_sdpa and the output that overflowed, with every key readable and with one key per row (where
+//   only the dropped-out output can overflow, and the refusal must name the first row whose key dropout kept);
 //   and the same values read one key per row (an explicit mask allowing key i mod Tk to query i, no other rule):
 //   every weight is exactly 1, so the output is exactly the largest number, which must come back as such (the
 //   largest finite number is not an overflow);
@@ -72,19 +73,25 @@ Verdict largest_value_read_alone(const Implementation& impl, const SdpaCase& o, 
     return std::nullopt;
 }
 
-// The module's head path in training mode (dropout 0.9) on values of the largest number `top`, whatever the plain
-// call did with them: the weights kept are multiplied by 1/(1 - p) = 10 before the values, so a row whose kept weights
-// sum past 1/10 overflows (the heads' attention forms the plain mean too, which may round past the largest number).
-// The refusal names the function called, whichever of the two overflowed. Then with one key per row: the heads' own
-// output is exactly the largest number, so only the dropped-out one can overflow, and a refusal must name that one.
+// The module's head path in training mode (dropout 0.9) on values whose first column of each head is the largest
+// number `top` (the others 1), whatever the plain call did with them: the weights kept are multiplied by
+// 1/(1 - p) = 10 before the values, so a row whose kept weights sum past 1/10 overflows in that column (the heads'
+// attention forms the plain mean too, which may round past the largest number). The refusal names the function
+// called, whichever of the two overflowed. Then with one key per row: the heads' own output is exactly the values
+// read, so only the dropped-out one can overflow, exactly in the rows whose one key dropout kept; on one thread, the
+// refusal must name the first of them (batch element, head, query row in turn), which the same call without
+// check_finite shows as the first infinite output.
 template <class T>
 Verdict dropped_out_head_path(const SdpaCase& c, double top, const std::string& what) {
     Rng draws(c.aux_seed ^ 0x5eed);
     const Tensor<T> qp = normal_tensor<T>({c.B, c.Tq, c.H * c.Dk}, draws);
     const Tensor<T> kp = normal_tensor<T>({c.B, c.Tk, c.kv_heads * c.Dk}, draws);
-    const Tensor<T> vp({c.B, c.Tk, c.kv_heads * c.Dv}, static_cast<T>(top));
+    Tensor<T> vp({c.B, c.Tk, c.kv_heads * c.Dv}, T(1));
+    for (Index x = 0; c.Dv > 0 && x < vp.numel(); x += c.Dv) vp[x] = static_cast<T>(top);
     MhaOptions head_options;
     head_options.empty_rows = EmptyRowPolicy::Zero;
+    head_options.training = true;
+    head_options.num_threads = 1;
     Tensor<bool> one_key({c.Tq, c.Tk}, false);
     for (Index i = 0; c.Tk > 0 && i < c.Tq; ++i) one_key[i * c.Tk + i % c.Tk] = true;
     for (const bool one_key_per_row : {false, true}) {
@@ -107,6 +114,24 @@ Verdict dropped_out_head_path(const SdpaCase& c, double top, const std::string& 
                                          plain ? "the output (weights @ v)" : "the output (dropped-out weights @ v)",
                                          dropout_what))
             return v;
+        if (!one_key_per_row) continue;
+        // Which row: the first infinite output of the same call without the check, in (b, h, i) order.
+        MhaOptions unchecked = head_options;
+        unchecked.check_finite = false;
+        const MhaResult<T> raw = multi_head_sdpa(qp.view(), kp.view(), vp.view(), c.H, c.kv_heads, mask, unchecked,
+                                                 MhaDropout{0.9, c.aux_seed});
+        std::string first;
+        for (Index b = 0; b < c.B && first.empty(); ++b)
+            for (Index h = 0; h < c.H && first.empty(); ++h)
+                for (Index i = 0; i < c.Tq && first.empty(); ++i)
+                    for (Index d = 0; d < c.Dv && first.empty(); ++d)
+                        if (!std::isfinite(static_cast<double>(raw.output[(b * c.Tq + i) * c.H * c.Dv + h * c.Dv + d])))
+                            first = "at batch index [" + std::to_string(b) + "," + std::to_string(h) + "], query row " +
+                                    std::to_string(i) + " ";
+        if (first.empty())
+            return dropout_what + ": the call refused although without the check no output is infinite: " + message;
+        if (message.find(first) == std::string::npos)
+            return dropout_what + ": the refusal does not name the first row that overflows ('" + first + "'): " + message;
     }
     return std::nullopt;
 }

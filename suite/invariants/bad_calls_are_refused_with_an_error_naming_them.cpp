@@ -102,6 +102,7 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
             Tensor<Other> other_bias;
             SdpaOptions options;
             const char *expected_kind = "", *keyword = "";
+            std::string keyword_text;  // a keyword built for the case (keyword points into it)
             std::string nan_named;  // NanRead: the tensor, its shape and the element the message must name
             switch (kind) {
                 case Corruption::DkMismatch: expected_kind = "ShapeError", keyword = "Dk"; break;
@@ -140,8 +141,14 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
                 }
                 case Corruption::RankOne: expected_kind = "ShapeError", keyword = "rank >= 2"; break;
                 case Corruption::BatchesDisagree:
-                    // The module's head path names its own rule: query heads a multiple of the K/V heads.
-                    expected_kind = "ShapeError", keyword = impl.name == "mha" ? "kv heads" : "do not broadcast";
+                    // The module's head path names its own rule, with both counts: query heads a multiple of the K/V
+                    // heads.
+                    expected_kind = "ShapeError";
+                    keyword_text = impl.name == "mha" ? "q has H=" + std::to_string(H + 1) +
+                                                            " heads, not a multiple of the G=" + std::to_string(H + 2) +
+                                                            " kv heads of k"
+                                                      : "do not broadcast";
+                    keyword = keyword_text.c_str();
                     break;
                 case Corruption::MaskMoreDims:
                     mask = Tensor<bool>({1, B, H, Tq, Tk}, true);

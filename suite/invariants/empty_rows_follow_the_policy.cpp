@@ -1,5 +1,5 @@
-// Invariant 14: rows with no allowed key follow the chosen policy: Throw names the row, Zero gives zeros, never a
-// silent NaN; NaN inputs still propagate under Zero; Nan gives NaN rows there and the oracle's values elsewhere.
+// Invariant 14: rows with no allowed key follow the chosen policy: Throw names the row (the library's message also
+// the sizes and the causal rule and window that apply), Zero gives zeros, never a silent NaN; NaN inputs still propagate under Zero; Nan gives NaN rows there and the oracle's values elsewhere.
 // An implementation may implement Zero or Nan only (an external kernel declares which): each policy it supports is
 // judged, and the case is skipped only when it supports neither.
 #include <cmath>
@@ -12,7 +12,8 @@ namespace attn::suite {
 Property empty_rows_follow_the_policy() {
     Property p;
     p.name = "empty_rows_follow_the_policy";
-    p.sentence = "Rows with no allowed key follow the policy: Throw names the first such row, Zero gives zero rows and "
+    p.sentence = "Rows with no allowed key follow the policy: Throw names the first such row (and the library's "
+                 "message its sizes and position rules), Zero gives zero rows and "
                  "the oracle's values elsewhere with no NaN, a NaN input still propagates under Zero, and Nan gives "
                  "NaN rows and the oracle's values elsewhere.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::EmptyRows, .bias = true}); };
@@ -37,6 +38,14 @@ Property empty_rows_follow_the_policy() {
                 const std::string what = e.what();
                 if (what.find("query row " + std::to_string(first)) == std::string::npos)
                     return "Throw policy: the MaskError does not name query row " + std::to_string(first) + ": " + what;
+                // The library's message states the sizes and the position rules that emptied the row.
+                if (is_library_path(impl)) {
+                    std::string rule = "(Tq=" + std::to_string(c.Tq) + ", Tk=" + std::to_string(c.Tk);
+                    if (c.options.is_causal) rule += std::string(", causal ") + to_string(c.options.alignment);
+                    if (c.options.window) rule += ", " + to_string(*c.options.window);
+                    if (what.find(rule + ";") == std::string::npos)
+                        return "Throw policy: the MaskError does not state '" + rule + ";': " + what;
+                }
             }
             const auto zero_policy = [&]() -> Verdict {
                 // Zero: empty rows exactly 0, the rest within the oracle's bound, nothing NaN.

@@ -1,9 +1,12 @@
 // The machine API the suite's per-target runs and every drift check rest on (attn/machine.hpp): forcing a SIMD
 // target the CPU can run (drawn from simd_targets(), or "best") makes simd_target() and the numerics fingerprint name
 // it, and the tiled backend still computes the case; any other name is refused with a ConfigError that lists the
-// choices. The fingerprint's id has the documented form, is decided by every field but the thread count, and changes
-// when any one of those fields does. The previous target (the environment's ATTN_SIMD_TARGET, or the best) is put back.
+// choices. The fingerprint's cpu is /proc/cpuinfo's vendor and model name; its id has the documented form, is
+// decided by every field but the thread count, and changes when any one of those fields does. The previous target
+// (the environment's ATTN_SIMD_TARGET, or the best) is put back.
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
 
 #include "../checks.hpp"
 #include "attn/machine.hpp"
@@ -32,6 +35,18 @@ Verdict fingerprint_verdict(const NumericsFingerprint& f, const std::string& tar
         return where + ": simd_supported '" + f.simd_supported + "' is not simd_targets() '" + joined(simd_targets()) + "'";
     if (f.cpu.empty() || f.blis_version.empty() || f.blis_arch.empty() || f.compiler.empty() || f.libc.empty())
         return where + " has an empty field";
+    // The cpu field starts with the first "vendor_id" and "model name" lines of /proc/cpuinfo, read here on their own.
+    std::ifstream in("/proc/cpuinfo");
+    std::string vendor, model;
+    for (std::string line; std::getline(in, line);) {
+        const auto colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        const auto value = line.substr(std::min(line.size(), colon + 2));
+        if (vendor.empty() && line.rfind("vendor_id", 0) == 0) vendor = value;
+        if (model.empty() && line.rfind("model name", 0) == 0) model = value;
+    }
+    if (!vendor.empty() && !model.empty() && f.cpu.rfind(vendor + " " + model + " (family ", 0) != 0)
+        return where + ": cpu '" + f.cpu + "' does not start with /proc/cpuinfo's '" + vendor + " " + model + " (family '";
     const std::string id = f.id(), prefix = lower(f.blis_arch + "-" + f.simd_chosen) + "-";
     const bool hex = id.size() == prefix.size() + 8 &&
                      id.find_first_not_of("0123456789abcdef", prefix.size()) == std::string::npos;
@@ -65,7 +80,8 @@ Property the_forced_simd_target_is_the_one_fingerprinted() {
     p.name = "the_forced_simd_target_is_the_one_fingerprinted";
     p.sentence = "Forcing a SIMD target this CPU can run (or the best) makes simd_target() and the numerics "
                  "fingerprint name it while the tiled backend computes the case; another name is refused with a "
-                 "ConfigError listing the choices; the fingerprint's id has its documented form, ignores the thread "
+                 "ConfigError listing the choices; the fingerprint's cpu is /proc/cpuinfo's vendor and model name "
+                 "and its id has its documented form, ignores the thread "
                  "count and changes with every other field.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.small = true}); };
     p.applies = [](const Implementation& impl) { return impl.name == "tiled"; };
