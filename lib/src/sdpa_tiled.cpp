@@ -322,18 +322,20 @@ void online_softmax(D d, T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_
     }
 }
 
+// f(d) with the widest vector tag d whose lanes split a query panel of nr rows, else one lane. The steps that take a
+// panel in vectors (the online softmax, the positional cut, the bias, the division) are element-wise per lane, so
+// the width changes nothing in their results.
+template <class T, class F>
+decltype(auto) with_lane_width(Index nr, F&& f) {
+    const hn::ScalableTag<T> d;
+    return nr % static_cast<Index>(hn::Lanes(d)) == 0 ? f(d) : f(hn::CappedTag<T, 1>());
+}
+
 template <class T>
 void online_softmax_any_width(T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_pad, bool nans) {
-    // Element-wise per lane, so the vector width changes nothing in the result; one lane when nr does not split.
-    const auto run = [&](auto d) {
+    with_lane_width<T>(nr, [&](auto d) {
         nans ? online_softmax<true>(d, s, nb, nr, m, l, acc, Dv_pad) : online_softmax<false>(d, s, nb, nr, m, l, acc, Dv_pad);
-    };
-    const hn::ScalableTag<T> d;
-    if (nr % static_cast<Index>(hn::Lanes(d)) == 0) {
-        run(d);
-    } else {
-        run(hn::CappedTag<T, 1>());
-    }
+    });
 }
 
 // Step 3's positional cut in vectors: s[c * nr + x] = -inf where key c is outside lane x's [lo[x], hi[x]), looking
@@ -354,12 +356,7 @@ void cut_positions(D d, T* s, Index nb, Index nr, const T* lo, const T* hi, Inde
 
 template <class T>
 void cut_positions_any_width(T* s, Index nb, Index nr, const T* lo, const T* hi, Index c_lo, Index c_hi) {
-    const hn::ScalableTag<T> d;
-    if (nr % static_cast<Index>(hn::Lanes(d)) == 0) {
-        cut_positions(d, s, nb, nr, lo, hi, c_lo, c_hi);
-    } else {
-        cut_positions(hn::CappedTag<T, 1>(), s, nb, nr, lo, hi, c_lo, c_hi);
-    }
+    with_lane_width<T>(nr, [&](auto d) { cut_positions(d, s, nb, nr, lo, hi, c_lo, c_hi); });
 }
 
 // Step 6's division in the lanes of one query panel: a[dv * nr + x] /= l[x] for dv < Dv (the same division per
@@ -385,12 +382,7 @@ void divide_lanes(D d, T* a, const T* l, Index Dv, Index nr, char* over) {
 
 template <class T>
 void divide_lanes_any_width(T* a, const T* l, Index Dv, Index nr, char* over) {
-    const hn::ScalableTag<T> d;
-    if (nr % static_cast<Index>(hn::Lanes(d)) == 0) {
-        divide_lanes(d, a, l, Dv, nr, over);
-    } else {
-        divide_lanes(hn::CappedTag<T, 1>(), a, l, Dv, nr, over);
-    }
+    with_lane_width<T>(nr, [&](auto d) { divide_lanes(d, a, l, Dv, nr, over); });
 }
 
 // tanh of float lanes y with |y| <= tanh_float_limit: y P(y^2) / Q(y^2), a rational approximation of tanh y / y
@@ -607,14 +599,11 @@ Index add_raw_bias(D d, T* s, const T* tile, Index nbj, Index nr, Index valid) {
 template <class T>
 Index add_bias_any_width(T* s, const BiasSource<T>& src, Index nbj, Index nr, Index valid, const Index* keys,
                          bool check, bool watch) {
-    // Element-wise per lane, as online_softmax_any_width: the vector width changes nothing in the result.
-    const auto add = [&](auto d) {
+    return with_lane_width<T>(nr, [&](auto d) {
         if (!(src.tile && src.raw && !src.alibi && check)) return add_bias(d, s, src, nbj, nr, valid, keys, check);
         return watch ? add_raw_bias<true>(d, s, src.tile, nbj, nr, valid)
                      : add_raw_bias<false>(d, s, src.tile, nbj, nr, valid);
-    };
-    const hn::ScalableTag<T> d;
-    return nr % static_cast<Index>(hn::Lanes(d)) == 0 ? add(d) : add(hn::CappedTag<T, 1>());
+    });
 }
 
 
