@@ -1,5 +1,9 @@
 // Invariant 7: values at key/value positions no query may read (padding), NaN and Inf included, do not change
-// the output, bitwise.
+// the output, bitwise. On the library's paths, one case in two also says it with the blocking written as a -inf
+// bias in column-major (Tq, Tk) matrices instead of the mask and position rules: a key that only a -inf bias blocks
+// is just as unread (its NaN is no error), whatever the bias's layout.
+#include <limits>
+
 #include "../checks.hpp"
 
 namespace attn::suite {
@@ -54,9 +58,33 @@ Property padding_values_do_not_matter() {
                 for (Index x = 0; x < c.Dv; ++x) clean.v[r * c.Dv + x] = 0;
             }
         if (garbage_rows == 0) return "generator error: the case has no unreadable key position";
+        const std::string what = "garbage vs zeros at " + std::to_string(garbage_rows) + " unreadable key rows";
+        Rng rng(c.aux_seed);
+        const bool as_bias = is_library_path(impl) && rng.below(2) == 0;
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {
-            return bitwise_equal(c, run_impl<T>(impl, c), run_impl<T>(impl, clean),
-                                 "garbage vs zeros at " + std::to_string(garbage_rows) + " unreadable key rows");
+            const Tensor<T> expected = run_impl<T>(impl, clean);
+            if (Verdict v = bitwise_equal(c, run_impl<T>(impl, c), expected, what)) return v;
+            if (!as_bias) return std::nullopt;
+            // The blocking as a -inf bias (added to the case's own), passed transposed: key stride Tq, not 1.
+            SdpaCase biased = c;
+            const Tensor<bool> allowed = expanded_allowed(c);
+            Tensor<double> bias = expanded_bias(c);
+            for (Index x = 0; x < bias.numel(); ++x)
+                if (!allowed[x]) bias[x] = -std::numeric_limits<double>::infinity();
+            biased.allowed_mask.reset(), biased.mask_stride0 = false, biased.mask_kind = "none";
+            drop_positional_options(biased);
+            biased.bias = std::move(bias), biased.bias_kind = "mask";
+            const CaseInputs<T> in = make_inputs<T>(biased);
+            std::vector<T> storage;
+            const SdpaOptions options = in.with_bias(biased.options);
+            SdpaOptions transposed = options;
+            transposed.bias = relaid(*in.bias_view, 2, storage);
+            std::optional<SdpaResult<T>> r;
+            const std::string error = thrown_message([&] { r = impl.run<T>(in.q_view, in.k_view, in.v_view, std::nullopt, transposed); });
+            if (!error.empty()) return what + ", the blocking as a transposed -inf bias: refused: " + error;
+            // (B, H, Tq, Dv), as run_impl gives it: the grouped-query layout's output has the same memory order.
+            return bitwise_equal(c, Tensor<T>(r->output).reshaped(expected.shape()), expected,
+                                 what + ", the blocking as a transposed -inf bias");
         });
     };
     return p;

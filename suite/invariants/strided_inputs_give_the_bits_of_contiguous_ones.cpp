@@ -8,36 +8,6 @@
 
 namespace attn::suite {
 
-namespace {
-
-// A copy of view `t` laid out as `layout` says (0 contiguous, 1 every stride doubled, 2 last two dims transposed),
-// kept alive in `storage`; the new view reads the same values as `t`. Broadcast dims (stride 0, the grouped-query
-// layout's) stay broadcast.
-template <class T>
-TensorView<const T> relaid(TensorView<const T> t, int layout, std::vector<T>& storage) {
-    const Shape& shape = t.shape();
-    const Index rank = static_cast<Index>(shape.size());
-    Shape stored = shape;  // the dims that take memory
-    for (Index d = 0; d < rank; ++d)
-        if (t.stride(d) == 0) stored[static_cast<std::size_t>(d)] = 1;
-    Shape strides = contiguous_strides(stored);
-    if (layout == 1) {
-        for (Index& s : strides) s *= 2;
-    } else if (layout == 2 && rank >= 2) {
-        // The last two dims column-major within each matrix: element (r, c) of an (R, C) matrix at c * R + r.
-        strides[static_cast<std::size_t>(rank - 1)] = stored[static_cast<std::size_t>(rank - 2)];
-        strides[static_cast<std::size_t>(rank - 2)] = 1;
-    }
-    for (Index d = 0; d < rank; ++d)
-        if (t.stride(d) == 0) strides[static_cast<std::size_t>(d)] = 0;
-    storage.assign(static_cast<std::size_t>(std::max<Index>(1, 2 * numel(stored))), T(0));
-    TensorView<T> view(storage.data(), shape, strides);
-    for_each_index(shape, [&](std::span<const Index> idx) { view.at(idx) = t.at(idx); });
-    return view;
-}
-
-}  // namespace
-
 Property strided_inputs_give_the_bits_of_contiguous_ones() {
     Property p;
     p.name = "strided_inputs_give_the_bits_of_contiguous_ones";
