@@ -76,8 +76,7 @@ Property padding_values_do_not_matter() {
             biased.bias = std::move(bias), biased.bias_kind = "mask";
             const CaseInputs<T> in = make_inputs<T>(biased);
             std::vector<T> storage;
-            const SdpaOptions options = in.with_bias(biased.options);
-            SdpaOptions transposed = options;
+            SdpaOptions transposed = in.with_bias(biased.options);
             transposed.bias = relaid(*in.bias_view, 2, storage);
             std::optional<SdpaResult<T>> r;
             const std::string error = thrown_message([&] { r = impl.run<T>(in.q_view, in.k_view, in.v_view, std::nullopt, transposed); });

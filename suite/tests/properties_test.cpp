@@ -37,9 +37,10 @@ TEST_CASE("every property holds for the implementation under test", "[suite]") {
     settings.regressions_dir = "regressions/cases";
     print_seed(settings);
     // A run under ATTN_SIMD_TARGET (ctest's properties_tiled_simd_<TARGET>) checks the target it names: the tiled
-    // kernel dispatches there (SCALAR and EMU128 both name the portable fallback). Before the properties, where the
-    // library's own reading of the variable at its first dispatch decides it, and after them (the machine property
-    // forces targets, and puts the variable's back by calling force_simd_target itself).
+    // kernel dispatches there (SCALAR and EMU128 both name the portable fallback). Before the properties (the target the
+    // test main forced, lib/tests/catch_main.cpp, before the library could read the variable itself: the library's own
+    // reading is the unit tests' attn_machine_env_* to check) and after them (the machine property forces targets,
+    // and puts the variable's back by calling force_simd_target itself).
     const auto check_target = [](const char* when) {
         const char* forced = std::getenv("ATTN_SIMD_TARGET");
         if (forced == nullptr || *forced == '\0') return;
