@@ -360,6 +360,15 @@ void draw_mask(SdpaCase& c, const CaseSpec& spec, Rng& rng) {
             for (Index j = 0; j < c.Tk; ++j) m[r * c.Tk + j] = false;
         }
         c.allowed_mask = std::move(m);
+        // Now and then a positional rule on top (it can only empty more rows): the library's Throw message must
+        // then state the causal rule or the window with the sizes.
+        const int rule = *rc::gen::weightedElement<int>({{4, 0}, {1, 1}, {1, 2}});
+        const CausalAlignment a = *rc::gen::element(CausalAlignment::TopLeft, CausalAlignment::BottomRight);
+        if (rule == 1) {
+            c.options.is_causal = true, c.options.alignment = a;
+            kind += a == CausalAlignment::TopLeft ? "+causal-tl" : "+causal-br";
+        }
+        if (rule == 2) c.options.window = SlidingWindow{*rc::gen::element<Index>(-1, 0, 2), *rc::gen::element<Index>(-1, 0, 2), a};
     }
     c.mask_kind = kind;
     if (c.allowed_mask && c.allowed_mask->rank() <= 4) {

@@ -88,7 +88,10 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
         // The lse is a refusal of the module's head path only (the SDPA backends return it).
         if (kind == Corruption::LseOnHeadPath && impl.name != "mha") return std::nullopt;
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {
-            const Index B = c.B, H = c.H, Tq = c.Tq, Tk = c.Tk, Dk = c.Dk, Dv = c.Dv;
+            // A NaN bias also with one query and one key: the head path's bias (B, H, 1, 1) then has a head
+            // stride of 1, which its check must not take for a head shared by all.
+            const bool single = kind == Corruption::NanBias && rng.below(4) == 0;
+            const Index B = c.B, H = c.H, Tq = single ? 1 : c.Tq, Tk = single ? 1 : c.Tk, Dk = c.Dk, Dv = c.Dv;
             // Heads of q, and of k and v: with BatchesDisagree both above 1 and unequal, so they do not broadcast.
             const Index Hq = kind == Corruption::BatchesDisagree ? H + 1 : H;
             const Index Hkv = kind == Corruption::BatchesDisagree ? H + 2 : H;
@@ -103,7 +106,7 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
             SdpaOptions options;
             const char *expected_kind = "", *keyword = "";
             std::string keyword_text;  // a keyword built for the case (keyword points into it)
-            std::string nan_named;  // NanRead: the tensor, its shape and the element the message must name
+            std::string nan_named;  // NanRead, NanBias: the element (and tensor) the message must name
             switch (kind) {
                 case Corruption::DkMismatch: expected_kind = "ShapeError", keyword = "Dk"; break;
                 case Corruption::TkMismatch: expected_kind = "ShapeError", keyword = "Tk"; break;
@@ -191,14 +194,23 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
                 case Corruption::LseOnHeadPath:
                     options.return_lse = true, expected_kind = "ConfigError", keyword = "returns no lse";
                     break;
-                case Corruption::NanBias:
-                    // No mask and no positional rule here: every position is read.
-                    bias = Tensor<T>({Tq, Tk}, T(0));
-                    bias[static_cast<Index>(rng.below(static_cast<std::uint64_t>(Tq * Tk)))] =
-                        std::numeric_limits<T>::quiet_NaN();
+                case Corruption::NanBias: {
+                    // No mask and no positional rule here: every position is read. The bias one (Tq, Tk) for all,
+                    // one number per head (H, 1, 1): a head stride of 1 once broadcast, or (B, H, Tq, Tk).
+                    const Shape shapes[] = {{Tq, Tk}, {H, 1, 1}, {B, H, Tq, Tk}};
+                    bias = Tensor<T>(shapes[rng.below(3)], T(0));
+                    const Index at = static_cast<Index>(rng.below(static_cast<std::uint64_t>(bias.numel())));
+                    bias[at] = std::numeric_limits<T>::quiet_NaN();
                     options.bias = FloatView(bias);
                     expected_kind = "ValueError", keyword = "holds nan";
+                    // The library names the first score it reads the NaN at, in (b, h, i, j) order.
+                    const Index j = bias.rank() == 3 ? 0 : at % Tk, i = bias.rank() == 3 ? 0 : at / Tk % Tq;
+                    const Index h = bias.rank() == 3 ? at : bias.rank() == 4 ? at / (Tq * Tk) % H : 0;
+                    const Index b = bias.rank() == 4 ? at / (H * Tq * Tk) : 0;
+                    nan_named = "holds nan at batch index " + attn::to_string(Shape{b, h}) + ", row " +
+                                std::to_string(i) + ", column " + std::to_string(j);
                     break;
+                }
                 case Corruption::MaskShape:
                     mask = Tensor<bool>({Tq + 1, Tk}, true);
                     expected_kind = "ShapeError", keyword = "does not broadcast to the scores";
@@ -211,6 +223,8 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
             if (Verdict v = refused_with(call, to_string(kind), expected_kind, keyword)) return v;
             // A refusal names the shapes of the call's tensors, the mask's among them (as the module's head path
             // sees it, there: the suite's adapter lays it out as the head path takes it).
+            if (kind == Corruption::NanBias && is_library_path(impl))
+                return refused_with(call, to_string(kind), expected_kind, nan_named);
             if (kind == Corruption::NanRead) {
                 if (impl.name != "mha")
                     if (Verdict v = refused_with(call, to_string(kind), expected_kind, nan_named)) return v;

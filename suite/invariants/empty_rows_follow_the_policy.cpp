@@ -15,7 +15,7 @@ Property empty_rows_follow_the_policy() {
     p.sentence = "Rows with no allowed key follow the policy: Throw names the first such row (and the library's "
                  "message its sizes and position rules), Zero gives zero rows and "
                  "the oracle's values elsewhere with no NaN, a NaN input still propagates under Zero, and Nan gives "
-                 "NaN rows and the oracle's values elsewhere.";
+                 "NaN rows and the oracle's values elsewhere; returned weights follow the policy row by row.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::EmptyRows, .bias = true}); };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         const Tensor<bool> allowed = expanded_allowed(c);
@@ -47,6 +47,29 @@ Property empty_rows_follow_the_policy() {
                         return "Throw policy: the MaskError does not state '" + rule + ";': " + what;
                 }
             }
+            // The weights too, where the implementation returns them: an empty row's are the policy's fill (0 or
+            // NaN) in every column; every other row's are never NaN, and exactly 0 where its key is blocked.
+            const auto weights_follow = [&](SdpaCase policy_case, bool nan) -> Verdict {
+                if (!impl.returns_weights) return std::nullopt;
+                policy_case.options.return_weights = true;
+                const CaseInputs<T> in = make_inputs<T>(policy_case);
+                const SdpaResult<T> r = impl.run<T>(in.q_view, in.k_view, in.v_view, in.allowed_view,
+                                                    in.with_bias(policy_case.options));
+                const std::string policy = nan ? "Nan policy" : "Zero policy";
+                if (!r.weights || r.weights->numel() != allowed.numel())
+                    return policy + ": the weights asked for are " +
+                           (r.weights ? "of shape " + to_string(r.weights->shape()) : std::string("missing"));
+                for (Index x = 0; x < allowed.numel(); ++x) {
+                    const T w = (*r.weights)[x];
+                    const bool is_empty = empty[static_cast<std::size_t>(x / c.Tk)];
+                    const bool right = is_empty ? (nan ? std::isnan(w) : w == T(0))
+                                                : !std::isnan(w) && (allowed[x] || w == T(0));
+                    if (!right)
+                        return policy + ": weight" + index_string(c, x, c.Tk) + " is " + num(w) + " in " +
+                               (is_empty ? "an empty row" : allowed[x] ? "a row with allowed keys" : "a blocked column");
+                }
+                return std::nullopt;
+            };
             const auto zero_policy = [&]() -> Verdict {
                 // Zero: empty rows exactly 0, the rest within the oracle's bound, nothing NaN.
                 SdpaCase zero = c;
@@ -58,6 +81,7 @@ Property empty_rows_follow_the_policy() {
                         return "Zero policy: empty row gives " + num(out[x]) + " at output" + index_string(c, x, c.Dv);
                 }
                 if (Verdict v = within_bound(out, oracle_for<T>(impl, zero), "Zero policy vs oracle")) return v;
+                if (Verdict v = weights_follow(zero, false)) return v;
                 // A NaN in the q row of a non-empty row still reaches that row's output under Zero.
                 Index victim = -1;
                 for (Index r = 0; r < c.B * c.H * c.Tq && victim < 0; ++r)
@@ -86,7 +110,8 @@ Property empty_rows_follow_the_policy() {
                     if (!is_empty && std::isnan(out[x]))
                         return "Nan policy: NaN in a row with allowed keys at output" + index_string(c, x, c.Dv);
                 }
-                return within_bound(out, oracle_for<T>(impl, nan), "Nan policy vs oracle");
+                if (Verdict v = within_bound(out, oracle_for<T>(impl, nan), "Nan policy vs oracle")) return v;
+                return weights_follow(nan, true);
             };
             // Each policy the implementation supports is judged; only one supporting neither skips the case.
             std::optional<std::string> unsupported;
