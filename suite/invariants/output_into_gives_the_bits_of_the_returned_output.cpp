@@ -2,9 +2,10 @@
 // scaled_dot_product_attention: into a tensor that held NaN before, it writes bitwise the output the other call
 // returns, or both calls refuse the case. And it refuses what only it can get wrong: an output that overlaps an input
 // (written while the input is read; q, k or v, by all of it or by one element, while an output just before an input
-// is accepted), an output of another shape, and a request for the weights or the lse (which it
+// is accepted; the input also stored backwards and read through negative strides), an output of another shape, and a request for the weights or the lse (which it
 // has nowhere to put); the tiled backend refuses a request for the weights of the returned call too (it never forms
 // them). Without this property the call that `attn bench` times would be checked by unit tests only.
+#include <algorithm>
 #include <limits>
 
 #include "../checks.hpp"
@@ -91,16 +92,27 @@ Property output_into_gives_the_bits_of_the_returned_output() {
                 TensorView<const T> views[3] = {in.q_view, in.k_view, in.v_view};
                 const Tensor<T> dense = Tensor<T>::copy_of(views[which]);
                 const bool touching = rng.below(2) == 0;
-                const Index offset = out.numel() - (touching ? 1 : 0);
-                Tensor<T> buffer({offset + dense.numel()}, static_cast<T>(std::numeric_limits<float>::quiet_NaN()));
-                std::copy_n(dense.data(), dense.numel(), buffer.data() + offset);
-                views[which] = TensorView<const T>(buffer.data() + offset, dense.shape());
+                const Index offset = out.numel() - (touching ? 1 : 0), n = dense.numel();
+                Tensor<T> buffer({offset + n}, static_cast<T>(std::numeric_limits<float>::quiet_NaN()));
+                // Stored in order, or backwards and read through negative strides (NumPy's x[::-1, ::-1]): the
+                // view's pointer is then its storage's last element, and its lowest address is the buffer's.
+                const bool backwards = rng.below(2) == 0 && n > 0;
+                if (backwards) {
+                    std::reverse_copy(dense.data(), dense.data() + n, buffer.data() + offset);
+                    Shape strides = contiguous_strides(dense.shape());
+                    for (Index& s : strides) s = -s;
+                    views[which] = TensorView<const T>(buffer.data() + offset + n - 1, dense.shape(), strides);
+                } else {
+                    std::copy_n(dense.data(), n, buffer.data() + offset);
+                    views[which] = TensorView<const T>(buffer.data() + offset, dense.shape());
+                }
                 const TensorView<T> target(buffer.data(), shape);
                 const auto into = [&] {
                     scaled_dot_product_attention_into(target, views[0], views[1], views[2], in.allowed_view, options);
                 };
                 const std::string where = std::string("into an output ") +
-                                          (touching ? "whose last element is the first of " : "just before ") + name;
+                                          (touching ? "whose last element is the first of " : "just before ") + name +
+                                          (backwards ? " (stored backwards, negative strides)" : "");
                 if (touching) return refused_with(into, where, "ConfigError", "out overlaps an input");
                 const std::string error = thrown_message(into);
                 if (!error.empty()) return what + ": " + where + " was refused: " + error;
