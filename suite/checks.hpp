@@ -213,6 +213,10 @@ bool window_allows(const SlidingWindow& w, Index i, Index j, Index Tq, Index Tk)
 // The case with its positional options (is_causal, window) dropped, for properties that fold them into a mask.
 void drop_positional_options(SdpaCase& c);
 
+// The case with every blocked (query, key) pair (expanded_allowed: mask, causal rule, window) written as -inf into
+// its explicit bias, expanded to (B, H, Tq, Tk) (0 elsewhere without one), and no mask or positional option left.
+SdpaCase with_blocking_as_bias(const SdpaCase& c);
+
 // MhaConfig::dropout_seed's contract, written out from its documentation (not the library's function): weight f
 // (flat over (B, H, Tq, Tk)) is kept at `step` when the hashed draw is at least p.
 inline bool documented_dropout_keep(const MhaDropout& dropout, std::uint64_t step, Index f) {

@@ -108,6 +108,21 @@ void drop_positional_options(SdpaCase& c) {
     c.options.window.reset();
 }
 
+SdpaCase with_blocking_as_bias(const SdpaCase& c) {
+    const Tensor<bool> allowed = expanded_allowed(c);
+    Tensor<double> bias = expanded_bias(c);
+    for (Index x = 0; x < bias.numel(); ++x)
+        if (!allowed[x]) bias[x] = -std::numeric_limits<double>::infinity();
+    SdpaCase r = c;
+    r.allowed_mask.reset();
+    r.mask_stride0 = false;
+    r.mask_kind = "none";
+    drop_positional_options(r);
+    r.bias = std::move(bias);
+    r.bias_kind = "mask";
+    return r;
+}
+
 Tensor<bool> expanded_allowed(const SdpaCase& c) {
     Tensor<bool> full({c.B, c.H, c.Tq, c.Tk}, true);
     std::optional<TensorView<const bool>> m;

@@ -19,15 +19,7 @@ Property a_minus_infinite_bias_is_a_false_in_the_mask() {
     p.needs_bias = true;
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         const Tensor<bool> allowed = expanded_allowed(c);  // (B, H, Tq, Tk): the causal rule and window folded in
-        SdpaCase biased = c;
-        biased.allowed_mask.reset();
-        biased.mask_stride0 = false;
-        biased.mask_kind = "none";
-        drop_positional_options(biased);
-        Tensor<double> bias(allowed.shape());
-        for (Index x = 0; x < bias.numel(); ++x) bias[x] = allowed[x] ? 0.0 : -std::numeric_limits<double>::infinity();
-        biased.bias = std::move(bias);
-        biased.bias_kind = "mask";
+        const SdpaCase biased = with_blocking_as_bias(c);  // (the generator draws no bias: 0 where allowed)
         SdpaCase split = biased;
         Tensor<bool> split_mask(allowed.shape());
         Tensor<double> split_bias(allowed.shape());

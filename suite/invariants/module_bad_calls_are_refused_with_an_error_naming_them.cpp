@@ -283,7 +283,7 @@ Property module_bad_calls_are_refused_with_an_error_naming_them() {
                  "message naming what is wrong.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::None, .small = true, .softcap = false}); };
     p.applies = [](const Implementation& impl) { return impl.name == "mha"; };
-    p.breadth = 4;  // many refusals, one per case, each cheap
+    p.breadth = 16;  // many refusals (and kinds within them), one per case, each cheap: every kind drawn in every run
     p.check = [](const Implementation&, const SdpaCase& c) -> Verdict {
         return with_dtype(c.dtype, [&]<class T>() -> Verdict { return refusal_check<T>(c); });
     };

@@ -66,14 +66,7 @@ Property padding_values_do_not_matter() {
             if (Verdict v = bitwise_equal(c, run_impl<T>(impl, c), expected, what)) return v;
             if (!as_bias) return std::nullopt;
             // The blocking as a -inf bias (added to the case's own), passed transposed: key stride Tq, not 1.
-            SdpaCase biased = c;
-            const Tensor<bool> allowed = expanded_allowed(c);
-            Tensor<double> bias = expanded_bias(c);
-            for (Index x = 0; x < bias.numel(); ++x)
-                if (!allowed[x]) bias[x] = -std::numeric_limits<double>::infinity();
-            biased.allowed_mask.reset(), biased.mask_stride0 = false, biased.mask_kind = "none";
-            drop_positional_options(biased);
-            biased.bias = std::move(bias), biased.bias_kind = "mask";
+            const SdpaCase biased = with_blocking_as_bias(c);
             const CaseInputs<T> in = make_inputs<T>(biased);
             std::vector<T> storage;
             SdpaOptions transposed = in.with_bias(biased.options);
