@@ -31,6 +31,12 @@ const std::vector<std::string> measured_folders = {"lib/src/", "oracle/src/"};
 // gcovr's branch exclusions (suite/README.md, "Coverage", says why each is sound).
 const std::vector<std::string> gcovr_exclusions = {"--exclude-throw-branches", "--exclude-unreachable-branches"};
 
+// The gcov gcovr runs: gcov itself, whose text output tools/gcov_throw_marks.py gives the `(throw)` marks of the
+// exception edges in code that never ran (gcovr 5.2 reads the text, where gcov leaves them out; its JSON has them).
+std::string gcov_executable(const fs::path& source) {
+    return "/usr/bin/python3 " + (source / "tools" / "gcov_throw_marks.py").string();
+}
+
 // The two runs: the property suite alone (ctest label `properties`), then the fuzz corpus replays on top (label
 // `fuzz`, without the clang smoke run, which builds and runs another build, and without the valgrind replay, which
 // replays inputs fuzz_replay_mha already replays).
@@ -57,6 +63,7 @@ int gcovr(const fs::path& source, const fs::path& build, const fs::path& raw_dir
     std::string command = "cd " + quote(source) + " && gcovr -j " + jobs() + " --root .";
     for (const std::string& folder : measured_folders) command += " --filter '" + folder + "'";
     for (const std::string& option : gcovr_exclusions) command += " " + option;
+    command += " --gcov-executable " + quote(gcov_executable(source));
     command += " --json " + quote(raw_dir / (name + ".json")) + " --json-summary " + quote(raw_dir / (name + ".summary.json"));
     if (!html.empty()) command += " --html-details " + quote(html) + " --html-title 'attn coverage: properties + fuzz replay'";
     // Only the objects of the measured folders carry counters for their lines (their headers are private).
@@ -126,7 +133,8 @@ std::string summary_markdown(const json& summary) {
     o << "# Coverage of lib/src and oracle/src\n\n"
       << "Written by `attn coverage` (g++ `--coverage -O0`, preset `coverage`; gcovr " << summary.at("gcovr_version").get<std::string>()
       << " with `" << summary.at("gcovr_exclusions")[0].get<std::string>() << "` and `"
-      << summary.at("gcovr_exclusions")[1].get<std::string>() << "`, suite/README.md says why). Lines and branches "
+      << summary.at("gcovr_exclusions")[1].get<std::string>() << "`, through `tools/gcov_throw_marks.py`, which "
+      << "marks the exception edges of code that never ran as gcov's JSON does; suite/README.md says why). Lines and branches "
       << "covered / total, by the property suite alone (`ctest -L properties`) and with the fuzz corpus replays "
       << "(`ctest -L fuzz`) added. The HTML report with a page per file is `reports/coverage/index.html`.\n\n"
       << "| file | lines, properties alone | branches, properties alone | lines, + fuzz replay | branches, + fuzz replay |\n"
