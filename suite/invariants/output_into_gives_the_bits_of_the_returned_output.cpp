@@ -1,12 +1,15 @@
 // scaled_dot_product_attention_into (the caller's output tensor, no allocation) is the same computation as
 // scaled_dot_product_attention: into a tensor that held NaN before, it writes bitwise the output the other call
 // returns, or both calls refuse the case. And it refuses what only it can get wrong: an output that overlaps an input
-// (written while the input is read; q, k or v, by all of it or by one element, while an output just before an input
+// (written while the input is read; q, k, v, the bias or the slopes by all of it, q, k or v by one element, while an output just before an input
 // is accepted; the input also stored backwards and read through negative strides), an output of another shape, and a request for the weights or the lse (which it
 // has nowhere to put); the tiled backend refuses a request for the weights of the returned call too (it never forms
 // them). Without this property the call that `attn bench` times would be checked by unit tests only.
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "../checks.hpp"
 
@@ -76,39 +79,52 @@ Property output_into_gives_the_bits_of_the_returned_output() {
                                     "ShapeError", "out must have the output's shape");
             }
             default: {
-                // The output against q's, k's or v's storage (drawn): laid over its start, or at the edge of a
-                // buffer holding a copy of the input right after it, sharing one element (refused) or none
-                // (accepted, with the returned output's bits).
-                const std::uint64_t which = rng.below(3);
-                const char* name = which == 0 ? "q" : which == 1 ? "k" : "v";
-                Tensor<T>& storage = which == 0 ? in.q : which == 1 ? in.k : in.v;
+                // The output against an input's storage (drawn: q, k, v, or the bias or the slopes where the case
+                // has them, one of those half the time): laid over its start, or at the edge of a buffer holding a
+                // copy of the input right after it, sharing one element (refused) or none (accepted, with the
+                // returned output's bits).
+                std::vector<std::pair<std::string, TensorView<const T>>> inputs = {{"q", in.q_view}, {"k", in.k_view},
+                                                                                   {"v", in.v_view}};
+                if (in.bias_view) inputs.emplace_back("the bias", *in.bias_view);
+                if (in.alibi_view) inputs.emplace_back("the ALiBi slopes", *in.alibi_view);
+                const std::size_t extra = inputs.size() - 3;
+                const std::size_t which = extra > 0 && rng.below(2) == 0 ? 3 + rng.below(extra) : rng.below(3);
+                const std::string name = inputs[which].first;
                 if (out.numel() == 0) return std::nullopt;
                 if (rng.below(2) == 0) {
+                    Tensor<T>* storages[5] = {&in.q, &in.k, &in.v, nullptr, nullptr};
+                    if (in.bias_storage) storages[3] = &*in.bias_storage;
+                    if (in.alibi_storage) storages[in.bias_storage ? 4 : 3] = &*in.alibi_storage;
+                    Tensor<T>& storage = *storages[which];
                     if (out.numel() > storage.numel()) return std::nullopt;
                     return refused_with(call(TensorView<T>(storage.data(), shape), options),
-                                        std::string("into an output over ") + name + "'s storage", "ConfigError",
+                                        "into an output over " + name + "'s storage", "ConfigError",
                                         "out overlaps an input");
                 }
-                TensorView<const T> views[3] = {in.q_view, in.k_view, in.v_view};
-                const Tensor<T> dense = Tensor<T>::copy_of(views[which]);
+                const Tensor<T> dense = Tensor<T>::copy_of(inputs[which].second);
                 const bool touching = rng.below(2) == 0;
                 const Index offset = out.numel() - (touching ? 1 : 0), n = dense.numel();
                 Tensor<T> buffer({offset + n}, static_cast<T>(std::numeric_limits<float>::quiet_NaN()));
                 // Stored in order, or backwards and read through negative strides (NumPy's x[::-1, ::-1]): the
                 // view's pointer is then its storage's last element, and its lowest address is the buffer's.
                 const bool backwards = rng.below(2) == 0 && n > 0;
+                TensorView<const T> placed(buffer.data() + offset, dense.shape());
                 if (backwards) {
                     std::reverse_copy(dense.data(), dense.data() + n, buffer.data() + offset);
                     Shape strides = contiguous_strides(dense.shape());
                     for (Index& s : strides) s = -s;
-                    views[which] = TensorView<const T>(buffer.data() + offset + n - 1, dense.shape(), strides);
+                    placed = TensorView<const T>(buffer.data() + offset + n - 1, dense.shape(), strides);
                 } else {
                     std::copy_n(dense.data(), n, buffer.data() + offset);
-                    views[which] = TensorView<const T>(buffer.data() + offset, dense.shape());
                 }
+                TensorView<const T> views[3] = {in.q_view, in.k_view, in.v_view};
+                SdpaOptions placed_options = options;
+                if (which < 3) views[which] = placed;
+                else if (name == "the bias") placed_options.bias = placed;
+                else placed_options.alibi_slopes = placed;
                 const TensorView<T> target(buffer.data(), shape);
                 const auto into = [&] {
-                    scaled_dot_product_attention_into(target, views[0], views[1], views[2], in.allowed_view, options);
+                    scaled_dot_product_attention_into(target, views[0], views[1], views[2], in.allowed_view, placed_options);
                 };
                 const std::string where = std::string("into an output ") +
                                           (touching ? "whose last element is the first of " : "just before ") + name +
