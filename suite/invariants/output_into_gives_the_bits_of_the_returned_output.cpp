@@ -1,14 +1,14 @@
 // scaled_dot_product_attention_into (the caller's output tensor, no allocation) is the same computation as
 // scaled_dot_product_attention: into a tensor that held NaN before, it writes bitwise the output the other call
 // returns, or both calls refuse the case. And it refuses what only it can get wrong: an output that overlaps an input
-// (written while the input is read; q, k, v, the bias or the slopes by all of it, q, k or v by one element, while an output just before an input
-// is accepted; the input also stored backwards and read through negative strides), an output of another shape, and a request for the weights or the lse (which it
+// (written while the input is read; q, k, v, the bias or the slopes, by all of it or by one element, while an output
+// just before an input is accepted; the input also stored backwards and read through negative strides), an output of
+// another shape, and a request for the weights or the lse (which it
 // has nowhere to put); the tiled backend refuses a request for the weights of the returned call too (it never forms
 // them). Without this property the call that `attn bench` times would be checked by unit tests only.
 #include <algorithm>
 #include <limits>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "../checks.hpp"
@@ -83,25 +83,31 @@ Property output_into_gives_the_bits_of_the_returned_output() {
                 // has them, one of those half the time): laid over its start, or at the edge of a buffer holding a
                 // copy of the input right after it, sharing one element (refused) or none (accepted, with the
                 // returned output's bits).
-                std::vector<std::pair<std::string, TensorView<const T>>> inputs = {{"q", in.q_view}, {"k", in.k_view},
-                                                                                   {"v", in.v_view}};
-                if (in.bias_view) inputs.emplace_back("the bias", *in.bias_view);
-                if (in.alibi_view) inputs.emplace_back("the ALiBi slopes", *in.alibi_view);
+                // Each input: its name, its view, its storage, and where the call takes it.
+                enum class Slot { Q, K, V, Bias, Slopes };
+                struct Input {
+                    std::string name;
+                    TensorView<const T> view;
+                    Tensor<T>* storage;
+                    Slot slot;
+                };
+                std::vector<Input> inputs = {{"q", in.q_view, &in.q, Slot::Q},
+                                             {"k", in.k_view, &in.k, Slot::K},
+                                             {"v", in.v_view, &in.v, Slot::V}};
+                if (in.bias_view) inputs.push_back({"the bias", *in.bias_view, &*in.bias_storage, Slot::Bias});
+                if (in.alibi_view) inputs.push_back({"the ALiBi slopes", *in.alibi_view, &*in.alibi_storage, Slot::Slopes});
                 const std::size_t extra = inputs.size() - 3;
-                const std::size_t which = extra > 0 && rng.below(2) == 0 ? 3 + rng.below(extra) : rng.below(3);
-                const std::string name = inputs[which].first;
+                const Input& chosen = inputs[extra > 0 && rng.below(2) == 0 ? 3 + rng.below(extra) : rng.below(3)];
+                const std::string& name = chosen.name;
                 if (out.numel() == 0) return std::nullopt;
                 if (rng.below(2) == 0) {
-                    Tensor<T>* storages[5] = {&in.q, &in.k, &in.v, nullptr, nullptr};
-                    if (in.bias_storage) storages[3] = &*in.bias_storage;
-                    if (in.alibi_storage) storages[in.bias_storage ? 4 : 3] = &*in.alibi_storage;
-                    Tensor<T>& storage = *storages[which];
+                    Tensor<T>& storage = *chosen.storage;
                     if (out.numel() > storage.numel()) return std::nullopt;
                     return refused_with(call(TensorView<T>(storage.data(), shape), options),
                                         "into an output over " + name + "'s storage", "ConfigError",
                                         "out overlaps an input");
                 }
-                const Tensor<T> dense = Tensor<T>::copy_of(inputs[which].second);
+                const Tensor<T> dense = Tensor<T>::copy_of(chosen.view);
                 const bool touching = rng.below(2) == 0;
                 const Index offset = out.numel() - (touching ? 1 : 0), n = dense.numel();
                 Tensor<T> buffer({offset + n}, static_cast<T>(std::numeric_limits<float>::quiet_NaN()));
@@ -119,9 +125,11 @@ Property output_into_gives_the_bits_of_the_returned_output() {
                 }
                 TensorView<const T> views[3] = {in.q_view, in.k_view, in.v_view};
                 SdpaOptions placed_options = options;
-                if (which < 3) views[which] = placed;
-                else if (name == "the bias") placed_options.bias = placed;
-                else placed_options.alibi_slopes = placed;
+                switch (chosen.slot) {
+                    case Slot::Bias: placed_options.bias = placed; break;
+                    case Slot::Slopes: placed_options.alibi_slopes = placed; break;
+                    default: views[static_cast<int>(chosen.slot)] = placed;
+                }
                 const TensorView<T> target(buffer.data(), shape);
                 const auto into = [&] {
                     scaled_dot_product_attention_into(target, views[0], views[1], views[2], in.allowed_view, placed_options);
