@@ -33,7 +33,7 @@ Verdict dropout_gradient_check(const Implementation& impl, const SdpaCase& c) {
     options.dropout_step = step;
     options.softcap = c.options.softcap;
     options.num_threads = c.options.num_threads;
-    options.empty_rows = c.mask_kind.starts_with("empty-rows") ? (rng.below(2) ? EmptyRowPolicy::Zero : EmptyRowPolicy::Nan)
+    options.empty_rows = c.has_empty_rows() ? (rng.below(2) ? EmptyRowPolicy::Zero : EmptyRowPolicy::Nan)
                                                      : c.options.empty_rows;
     // Training mode always runs the reference backward; evaluation mode either.
     const bool tiled = !training && rng.below(2) != 0;

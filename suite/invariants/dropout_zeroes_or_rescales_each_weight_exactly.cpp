@@ -30,7 +30,7 @@ Verdict dropout_check(const SdpaCase& c) {
     MhaOptions options;
     options.weights = MhaWeights::PerHead;
     options.backend = Backend::Reference;
-    options.empty_rows = c.mask_kind.starts_with("empty-rows") ? (rng.below(2) ? EmptyRowPolicy::Zero : EmptyRowPolicy::Nan)
+    options.empty_rows = c.has_empty_rows() ? (rng.below(2) ? EmptyRowPolicy::Zero : EmptyRowPolicy::Nan)
                                                      : c.options.empty_rows;
     options.num_threads = c.options.num_threads;
     options.dropout_step = step;

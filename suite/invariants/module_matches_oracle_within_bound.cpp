@@ -177,7 +177,7 @@ ModuleCall<T> call_for(const SdpaCase& c, const MultiHeadAttention<T>& m, Rng& r
         call.padding = key_padding_allowed_mask(token_ids.view(), 0).reshaped({c.B, c.Tk});
     }
     o.empty_rows = c.options.empty_rows;
-    if (c.mask_kind.starts_with("empty-rows")) {
+    if (c.has_empty_rows()) {
         const int policy = static_cast<int>(rng.below(3));
         o.empty_rows = policy == 0 ? EmptyRowPolicy::Throw : policy == 1 ? EmptyRowPolicy::Zero : EmptyRowPolicy::Nan;
     }

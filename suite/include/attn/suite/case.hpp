@@ -28,6 +28,8 @@ struct SdpaCase {
     // What the mask is, for the config string: none, causal-tl, causal-br (options.is_causal or an explicit causal
     // tensor), padding, causal-tl+padding, random, empty-rows, ...
     std::string mask_kind = "none";
+    // Whether the mask was drawn with all-false rows (mask_kind "empty-rows", alone or with "+causal-tl|br").
+    bool has_empty_rows() const { return mask_kind.starts_with("empty-rows"); }
     std::optional<Tensor<bool>> allowed_mask;  // explicit allowed mask in its own broadcastable shape (rank 2..4)
     bool mask_stride0 = false;                 // pass the mask expanded to (B, H, Tq, Tk) as a stride-0 view
     std::string distribution = "normal";       // how the values were drawn (config string only)
