@@ -187,6 +187,18 @@ Tensor<T> average_over_heads(const T* w, Index B, Index H, Index Tq, Index Tk) {
     return average;
 }
 
+// f(): the split heads' SDPA calls of `function`. The inputs were checked before, so a ValueError from them is an
+// overflow, whose message names sdpa or sdpa_backward and the split shapes: prefixed with the function the caller
+// called.
+template <class F>
+auto in_split_heads(const std::string& function, F&& f) {
+    try {
+        return f();
+    } catch (const ValueError& e) {
+        throw ValueError(function + ": in the split heads' attention, " + e.what());
+    }
+}
+
 }  // namespace
 
 template <class T>
@@ -195,16 +207,9 @@ MhaResult<T> attend_heads(const std::string& function, TensorView<const T> q, Te
                           const HeadReadability& readable, const MhaOptions& options, const MhaDropout& dropout) {
     const Index B = q.dim(0), Tq = q.dim(1), Tk = k.dim(1), Dv = G > 0 ? v.dim(2) / G : 0;
     const bool apply_dropout = options.training && dropout.p > 0.0;
-    SdpaResult<T> attended = [&] {
-        try {
-            return attend_split_heads(q, k, v, H, G, masks, bias, options,
-                                      apply_dropout || options.weights != MhaWeights::None);
-        } catch (const ValueError& e) {
-            // The inputs were checked above, so this is an overflow inside the split heads' SDPA, whose message
-            // names "sdpa" and the split shapes: prefixed with the function the caller called.
-            throw ValueError(function + ": in the split heads' attention, " + e.what());
-        }
-    }();
+    SdpaResult<T> attended = in_split_heads(function, [&] {
+        return attend_split_heads(q, k, v, H, G, masks, bias, options, apply_dropout || options.weights != MhaWeights::None);
+    });
     MhaResult<T> result{Tensor<T>({B, Tq, H * Dv}), std::nullopt};
     if (!apply_dropout)
         merge_heads(attended.output.data(), B, H, Tq, Dv, result.output.data());
@@ -227,18 +232,19 @@ MhaGradients<T> head_gradients(TensorView<const T> q, TensorView<const T> k, Ten
     SplitHeads<T> s = split_heads(q, k, v, H, G, masks, bias, options);
     const bool apply_dropout = options.training && dropout.p > 0.0;
     if (apply_dropout) s.sdpa.backend = Backend::Reference;  // the one backward with dropout (its forward: shapes)
-    s.sdpa.return_lse = true;
-    const SdpaResult<T> forward = scaled_dot_product_attention(s.q, s.k, s.v, s.mask, s.sdpa);
-    s.sdpa.return_lse = false;
     // dout (B, Tq, H*Dv) viewed as the output of the split heads, (B, G, R, Tq, Dv).
     const TensorView<const T> dout5(dout.data(), {B, G, R, Tq, Dv},
                                     {dout.stride(0), R * Dv * dout.stride(2), Dv * dout.stride(2), dout.stride(1),
                                      dout.stride(2)});
-    const SdpaGradients<T> g =
-        apply_dropout ? sdpa_backward_with_dropout<T>(s.q, s.k, s.v, forward.output.view(), forward.lse->view(), dout5,
-                                                      s.mask, s.sdpa,
-                                                      WeightDropout{dropout.p, dropout.seed, options.dropout_step})
-                      : sdpa_backward(s.q, s.k, s.v, forward.output.view(), forward.lse->view(), dout5, s.mask, s.sdpa);
+    const SdpaGradients<T> g = in_split_heads("multi_head_sdpa_backward", [&] {
+        s.sdpa.return_lse = true;
+        const SdpaResult<T> forward = scaled_dot_product_attention(s.q, s.k, s.v, s.mask, s.sdpa);
+        s.sdpa.return_lse = false;
+        const TensorView<const T> out = forward.output.view();
+        return apply_dropout ? sdpa_backward_with_dropout<T>(s.q, s.k, s.v, out, forward.lse->view(), dout5, s.mask,
+                                                             s.sdpa, WeightDropout{dropout.p, dropout.seed, options.dropout_step})
+                             : sdpa_backward(s.q, s.k, s.v, out, forward.lse->view(), dout5, s.mask, s.sdpa);
+    });
     // The gradients of the split views, (B, G, R, Tq, Dk) = (B, H, Tq, Dk) and (B, G, 1, Tk, D), merged back.
     MhaGradients<T> result{Tensor<T>::uninitialized({B, Tq, H * Dk}), Tensor<T>::uninitialized({B, Tk, G * Dk}),
                            Tensor<T>::uninitialized({B, Tk, G * Dv})};

@@ -15,7 +15,9 @@
 //   every weight is exactly 1, so the output is exactly the largest number, which must come back as such (the
 //   largest finite number is not an overflow);
 // - gradient (implementations with a backward pass): dout of three quarters of the largest number: the gradients
-//   either come back finite or the call refuses naming what overflowed.
+//   either come back finite or the call refuses naming what overflowed; so must the module's head path backward in
+//   training mode with dropout 0.9 (kept weights times 10, so dv, the kept weights' sum times dout, overflows where a
+//   key's kept weights sum past 2/15), naming multi_head_sdpa_backward.
 // The 16-bit float16 cannot overflow a float logit (65504^2 Dk is far below float's range): its logit cases are
 // skipped. The generators otherwise keep every input in range, so without this property the library's overflow
 // checks (each a throw in a kernel's inner loop) would run under the unit tests only.
@@ -136,6 +138,36 @@ Verdict dropped_out_head_path(const SdpaCase& c, double top, const std::string& 
     return std::nullopt;
 }
 
+// The module's head path backward in training mode (dropout 0.9) with dout of 3/4 of the largest number `top` on
+// projected inputs drawn from the case's aux seed: the gradients come back finite or the call refuses, naming
+// multi_head_sdpa_backward (the function called, not the split heads' sdpa_backward) and what overflowed.
+template <class T>
+Verdict dropped_out_head_backward(const Implementation& impl, const SdpaCase& c, double top, const std::string& what) {
+    Rng draws(c.aux_seed ^ 0xbac4);
+    const Tensor<T> qp = normal_tensor<T>({c.B, c.Tq, c.H * c.Dk}, draws);
+    const Tensor<T> kp = normal_tensor<T>({c.B, c.Tk, c.kv_heads * c.Dk}, draws);
+    const Tensor<T> vp = normal_tensor<T>({c.B, c.Tk, c.kv_heads * c.Dv}, draws);
+    const Tensor<T> dout({c.B, c.Tq, c.H * c.Dv}, static_cast<T>(0.75 * top));
+    MhaOptions options;
+    options.empty_rows = EmptyRowPolicy::Zero;
+    options.training = true;
+    options.num_threads = c.options.num_threads;
+    std::optional<MhaGradients<T>> g;
+    const auto [kind, message] = thrown([&] {
+        g = impl.head_backward<T>(qp.view(), kp.view(), vp.view(), dout.view(), c.H, c.kv_heads, std::nullopt, options,
+                                  MhaDropout{0.9, c.aux_seed});
+    });
+    const std::string dropout_what = what + ", head path backward, dropout 0.9";
+    if (kind.empty()) {
+        if (Verdict v = all_finite(g->dq_projected, "dq_projected", dropout_what)) return v;
+        if (Verdict v = all_finite(g->dk_projected, "dk_projected", dropout_what)) return v;
+        return all_finite(g->dv_projected, "dv_projected", dropout_what);
+    }
+    if (message.rfind("multi_head_sdpa_backward: ", 0) != 0)
+        return dropout_what + ": the refusal does not name multi_head_sdpa_backward: " + message;
+    return overflow_refusal(message, kind, "", dropout_what);
+}
+
 }  // namespace
 
 Property an_overflow_is_refused_by_name() {
@@ -150,7 +182,7 @@ Property an_overflow_is_refused_by_name() {
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         Rng rng(c.aux_seed);
         const auto kind = static_cast<Overflow>(rng.below(static_cast<std::uint64_t>(Overflow::Count)));
-        if (kind == Overflow::Gradient && !impl.has_backward()) return std::nullopt;
+        if (kind == Overflow::Gradient && !impl.has_backward() && !impl.has_head_backward()) return std::nullopt;
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {
             using C = compute_t<T>;
             const double top = static_cast<double>(std::numeric_limits<T>::max());
@@ -246,18 +278,18 @@ Property an_overflow_is_refused_by_name() {
                 return overflow_refusal(backward_message, backward_kind, named, what + ", sdpa_backward");
             }
             // Gradient: dout in the output's shape and layout, every element 3/4 of T's largest number.
+            if (!impl.has_backward()) return dropped_out_head_backward<T>(impl, c, top, what);
             const CaseInputs<T> in = make_inputs<T>(o);
             Shape out_shape = in.q_view.shape();
             out_shape.back() = c.Dv;
             const Tensor<T> dout(out_shape, static_cast<T>(0.75 * top));
             std::optional<BackwardRun<T>> run;
             const auto [error_kind, message] = thrown([&] { run = run_backward<T>(impl, o, o.options, &dout); });
-            if (error_kind.empty()) {
-                if (Verdict v = all_finite(run->grads.dq, "dq", what)) return v;
-                if (Verdict v = all_finite(run->grads.dk, "dk", what)) return v;
-                return all_finite(run->grads.dv, "dv", what);
-            }
-            return overflow_refusal(message, error_kind, "", what);
+            Verdict v = error_kind.empty() ? all_finite(run->grads.dq, "dq", what) : overflow_refusal(message, error_kind, "", what);
+            if (!v && error_kind.empty()) v = all_finite(run->grads.dk, "dk", what);
+            if (!v && error_kind.empty()) v = all_finite(run->grads.dv, "dv", what);
+            if (v || !impl.has_head_backward()) return v;
+            return dropped_out_head_backward<T>(impl, c, top, what);
         });
     };
     return p;
