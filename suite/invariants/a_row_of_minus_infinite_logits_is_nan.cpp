@@ -1,7 +1,8 @@
 // Invariant 25: with check_finite off, a query row whose every readable logit is -inf (a -inf in q against keys that
 // are all positive in that column: the logits overflow although the row has keys) has no softmax: its outputs are
 // NaN, in every column, and the other rows stay finite. The tiled kernel reaches this only through a running sum of
-// exactly 0, a branch of its own that no other property enters.
+// exactly 0, a branch of its own that no other property enters. A finite bias (or ALiBi) changes none of this: -inf
+// plus a finite number is -inf; with one, the tiled kernel adds it by its unchecked path.
 #include <cmath>
 #include <limits>
 
@@ -13,8 +14,8 @@ Property a_row_of_minus_infinite_logits_is_nan() {
     Property p;
     p.name = "a_row_of_minus_infinite_logits_is_nan";
     p.sentence = "With check_finite off, a query row whose every readable logit is -inf gives NaN in every output "
-                 "column, and every other row stays finite.";
-    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::None, .softcap = false}); };
+                 "column, whatever finite bias is added, and every other row stays finite.";
+    p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::None, .softcap = false, .bias = true}); };
     p.applies = is_library_path;
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
         Rng rng(c.aux_seed);
