@@ -4,7 +4,8 @@
 // a negative tiled block size, a NaN where a query reads, a q of rank 1, batch shapes that do not broadcast, a mask
 // of more dims than the scores or of a shape that does not broadcast to them, a window side below -1, a bias of another dtype, of more dims than the scores or of
 // a shape that does not broadcast to them, a negative softcap, ALiBi slopes that do not broadcast to the batch shape
-// or an infinite slope, the lse asked of the module's head path, a NaN in the bias where a query reads. No mutant
+// or an infinite slope, the lse asked of the module's head path, a NaN in the bias where a query reads, the standard
+// ALiBi slopes (attn::alibi_slopes) of a negative number of heads. No mutant
 // breaks a contract check (they share the driver's validation); this guards the contract module's rejections, which no
 // other property calls.
 #include <cmath>
@@ -37,6 +38,7 @@ enum class Corruption {
     LseOnHeadPath,
     NanBias,
     MaskShape,
+    NegativeAlibiHeads,
     Count
 };
 
@@ -62,6 +64,7 @@ const char* to_string(Corruption c) {
         case Corruption::LseOnHeadPath: return "the lse asked of the module's head path";
         case Corruption::NanBias: return "a NaN in the bias where a query reads";
         case Corruption::MaskShape: return "an allowed mask (Tq + 1, Tk)";
+        case Corruption::NegativeAlibiHeads: return "attn::alibi_slopes of -H heads";
         case Corruption::Count: break;
     }
     return "?";
@@ -74,7 +77,8 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
     p.name = "bad_calls_are_refused_with_an_error_naming_them";
     p.sentence = "A call with mismatched or non-broadcasting shapes (inputs, mask, bias, ALiBi slopes), a negative "
                  "thread count, a NaN or subnormal scale, a negative tiled block size, a window side below -1, a "
-                 "negative softcap, a bias of another dtype, an infinite slope, or a NaN where a query reads is "
+                 "negative softcap, a bias of another dtype, an infinite slope, a NaN where a query reads, or the "
+                 "standard ALiBi slopes of a negative number of heads is "
                  "refused with the error of its kind (ShapeError, ConfigError, ValueError) and a message naming the "
                  "offending dimension, option or tensor.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.masks = gen::Masks::None}); };
@@ -87,6 +91,10 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
         if (kind == Corruption::MaskMoreDims && impl.name == "mha") return std::nullopt;
         // The lse is a refusal of the module's head path only (the SDPA backends return it).
         if (kind == Corruption::LseOnHeadPath && impl.name != "mha") return std::nullopt;
+        // The library's slope schedule, whoever the implementation: its one refusal.
+        if (kind == Corruption::NegativeAlibiHeads)
+            return refused_with([&] { (void)alibi_slopes(-c.H); }, to_string(kind), "ConfigError",
+                                "alibi_slopes: heads must be >= 0, got " + std::to_string(-c.H));
         return with_dtype(c.dtype, [&]<class T>() -> Verdict {
             // A NaN bias also with one query and one key: the head path's bias (B, H, 1, 1) then has a head
             // stride of 1, which its check must not take for a head shared by all.
@@ -215,6 +223,7 @@ Property bad_calls_are_refused_with_an_error_naming_them() {
                     mask = Tensor<bool>({Tq + 1, Tk}, true);
                     expected_kind = "ShapeError", keyword = "does not broadcast to the scores";
                     break;
+                case Corruption::NegativeAlibiHeads:  // checked above
                 case Corruption::Count: break;
             }
             std::optional<TensorView<const bool>> mask_view;
