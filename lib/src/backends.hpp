@@ -115,9 +115,9 @@ void write_empty_row(EmptyRowPolicy policy, T* output_row, Index Dv, T* weights_
 
 // The contract that finite readable inputs give finite outputs: a logit or output that overflowed is reported
 // as a ValueError naming the row, never returned as Inf or NaN.
-// `shapes` (SdpaProblem::shapes) names the tensors and their shapes in the message.
+// `shapes` (SdpaProblem::shapes) names the tensors and their shapes in the message; `row_name` what `row` counts.
 [[noreturn]] void throw_overflow(const std::string& function, const char* what, const std::string& batch_index, Index row,
-                                 const std::string& shapes = {});
+                                 const std::string& shapes = {}, const char* row_name = "query row");
 
 // How parallel_for hands out items: in equal contiguous chunks, or one at a time to whichever thread is free
 // (items of unequal cost, e.g. causal query blocks). Which thread runs an item never changes its result.

@@ -121,7 +121,7 @@ SdpaResult<T> sdpa(TensorView<const T> q, TensorView<const T> k, TensorView<cons
 
 // The bytes a view may touch, [first, last) (empty for no elements).
 template <class E>
-std::pair<const char*, const char*> byte_range(TensorView<E> x) {
+std::pair<const char*, const char*> byte_range(const TensorView<E>& x) noexcept {
     if (x.numel() == 0) return {nullptr, nullptr};
     Index lo = 0, hi = 0;
     for (Index d = 0; d < x.rank(); ++d) {
@@ -133,7 +133,7 @@ std::pair<const char*, const char*> byte_range(TensorView<E> x) {
 }
 
 template <class A, class B>
-bool overlap(TensorView<A> a, TensorView<B> b) {
+bool overlap(const TensorView<A>& a, const TensorView<B>& b) noexcept {
     const auto [a0, a1] = byte_range(a);
     const auto [b0, b1] = byte_range(b);
     return a0 && b0 && a0 < b1 && b0 < a1;

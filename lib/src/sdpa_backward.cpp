@@ -166,10 +166,7 @@ void finish_backward_batch(const SdpaProblem<S>& p, const Readability& r, const 
             if (owns(i))
                 for (Index d = 0; d < cols; ++d)
                     if (!std::isfinite(x[i * cols + d]))
-                        throw ValueError(p.function + ": " + what + " overflowed at batch index " +
-                                         p.batch_index_string(b) + ", " + row_name + " " + std::to_string(i) +
-                                         " although every readable input is finite (" + p.shapes +
-                                         "); scale the inputs down");
+                        throw_overflow(p.function, what, p.batch_index_string(b), i, p.shapes, row_name);
     };
     check(dq, Tq, Dk, "dq (scale dS k)", "query row", nonempty);
     const auto read = [&](Index j) { return r.key_readable[static_cast<std::size_t>(j)] != 0; };

@@ -20,8 +20,8 @@ void write_empty_row(EmptyRowPolicy policy, T* output_row, Index Dv, T* weights_
 }
 
 void throw_overflow(const std::string& function, const char* what, const std::string& batch_index, Index row,
-                    const std::string& shapes) {
-    throw ValueError(function + ": " + what + " overflowed at batch index " + batch_index + ", query row " +
+                    const std::string& shapes, const char* row_name) {
+    throw ValueError(function + ": " + what + " overflowed at batch index " + batch_index + ", " + row_name + " " +
                      std::to_string(row) + " although every readable input is finite" +
                      (shapes.empty() ? std::string() : " (" + shapes + ")") + "; scale the inputs down");
 }

@@ -516,7 +516,7 @@ HWY_INLINE void prefetch_bias(const T* rows, Index row_stride, Index key_stride,
 template <class T>
 struct BiasSource {
     const T* tile = nullptr;
-    bool raw = false;
+    bool raw = false;  // tile set, and only under check_finite
     bool alibi = false;
     T neg_slope = 0;       // -slope
     Index alibi_base = 0;  // lane rr's signed distance to key j is alibi_base + rr - j (exact in T: the caller's test)
@@ -600,7 +600,7 @@ template <class T>
 Index add_bias_any_width(T* s, const BiasSource<T>& src, Index nbj, Index nr, Index valid, const Index* keys,
                          bool check, bool watch) {
     return with_lane_width<T>(nr, [&](auto d) {
-        if (!(src.tile && src.raw && !src.alibi && check)) return add_bias(d, s, src, nbj, nr, valid, keys, check);
+        if (!src.raw || src.alibi) return add_bias(d, s, src, nbj, nr, valid, keys, check);
         return watch ? add_raw_bias<true>(d, s, src.tile, nbj, nr, valid)
                      : add_raw_bias<false>(d, s, src.tile, nbj, nr, valid);
     });
