@@ -50,8 +50,10 @@ TEST_CASE("every property holds for the implementation under test", "[suite]") {
         CHECK((got == want || (fallback(want) && fallback(got))));
     };
     check_target("before the properties");
+    // ATTN_SUITE_PROPERTY: that property alone (a coverage or sanitizer build, which has no `attn properties`).
+    const char* only = std::getenv("ATTN_SUITE_PROPERTY");
     for (const Property& p : properties()) {
-        if (!p.applies(impl)) continue;
+        if (!p.applies(impl) || (only && *only && p.name != only)) continue;
         for (Dtype dtype : all_dtypes()) {
             if (impl.dtype_unsupported.count(dtype)) continue;  // no path in that dtype (the module's 16-bit)
             const RunOutcome o = run_property(p, impl, dtype, settings);
