@@ -15,9 +15,9 @@
 //   every weight is exactly 1, so the output is exactly the largest number, which must come back as such (the
 //   largest finite number is not an overflow);
 // - gradient (implementations with a backward pass): dout of three quarters of the largest number: the gradients
-//   either come back finite or the call refuses naming what overflowed; so must the module's head path backward in
-//   training mode with dropout 0.9 (kept weights times 10, so dv, the kept weights' sum times dout, overflows where a
-//   key's kept weights sum past 2/15), naming multi_head_sdpa_backward.
+//   either come back finite or the call refuses naming what overflowed; so must the module's head path backward, in
+//   evaluation mode and in training mode with dropout 0.9 (kept weights times 10, so dv, the kept weights' sum times
+//   dout, overflows where a key's kept weights sum past 2/15), naming multi_head_sdpa_backward.
 // The 16-bit float16 cannot overflow a float logit (65504^2 Dk is far below float's range): its logit cases are
 // skipped. The generators otherwise keep every input in range, so without this property the library's overflow
 // checks (each a throw in a kernel's inner loop) would run under the unit tests only.
@@ -138,9 +138,10 @@ Verdict dropped_out_head_path(const SdpaCase& c, double top, const std::string& 
     return std::nullopt;
 }
 
-// The module's head path backward in training mode (dropout 0.9) with dout of 3/4 of the largest number `top` on
-// projected inputs drawn from the case's aux seed: the gradients come back finite or the call refuses, naming
-// multi_head_sdpa_backward (the function called, not the split heads' sdpa_backward) and what overflowed.
+// The module's head path backward, in evaluation mode and in training mode (dropout 0.9), with dout of 3/4 of the
+// largest number `top` on projected inputs drawn from the case's aux seed: the gradients come back finite or the call
+// refuses, naming multi_head_sdpa_backward (the function called, not the split heads' sdpa_backward) and what
+// overflowed.
 template <class T>
 Verdict dropped_out_head_backward(const Implementation& impl, const SdpaCase& c, double top, const std::string& what) {
     Rng draws(c.aux_seed ^ 0xbac4);
@@ -148,24 +149,30 @@ Verdict dropped_out_head_backward(const Implementation& impl, const SdpaCase& c,
     const Tensor<T> kp = normal_tensor<T>({c.B, c.Tk, c.kv_heads * c.Dk}, draws);
     const Tensor<T> vp = normal_tensor<T>({c.B, c.Tk, c.kv_heads * c.Dv}, draws);
     const Tensor<T> dout({c.B, c.Tq, c.H * c.Dv}, static_cast<T>(0.75 * top));
-    MhaOptions options;
-    options.empty_rows = EmptyRowPolicy::Zero;
-    options.training = true;
-    options.num_threads = c.options.num_threads;
-    std::optional<MhaGradients<T>> g;
-    const auto [kind, message] = thrown([&] {
-        g = impl.head_backward<T>(qp.view(), kp.view(), vp.view(), dout.view(), c.H, c.kv_heads, std::nullopt, options,
-                                  MhaDropout{0.9, c.aux_seed});
-    });
-    const std::string dropout_what = what + ", head path backward, dropout 0.9";
-    if (kind.empty()) {
-        if (Verdict v = all_finite(g->dq_projected, "dq_projected", dropout_what)) return v;
-        if (Verdict v = all_finite(g->dk_projected, "dk_projected", dropout_what)) return v;
-        return all_finite(g->dv_projected, "dv_projected", dropout_what);
+    for (const bool training : {false, true}) {
+        MhaOptions options;
+        options.empty_rows = EmptyRowPolicy::Zero;
+        options.training = training;
+        options.num_threads = c.options.num_threads;
+        std::optional<MhaGradients<T>> g;
+        const auto [kind, message] = thrown([&] {
+            g = impl.head_backward<T>(qp.view(), kp.view(), vp.view(), dout.view(), c.H, c.kv_heads, std::nullopt,
+                                      options, MhaDropout{0.9, c.aux_seed});
+        });
+        const std::string mode_what = what + ", head path backward, " + (training ? "dropout 0.9" : "evaluation mode");
+        Verdict v;
+        if (kind.empty()) {
+            v = all_finite(g->dq_projected, "dq_projected", mode_what);
+            if (!v) v = all_finite(g->dk_projected, "dk_projected", mode_what);
+            if (!v) v = all_finite(g->dv_projected, "dv_projected", mode_what);
+        } else if (message.rfind("multi_head_sdpa_backward: ", 0) != 0) {
+            v = mode_what + ": the refusal does not name multi_head_sdpa_backward: " + message;
+        } else {
+            v = overflow_refusal(message, kind, "", mode_what);
+        }
+        if (v) return v;
     }
-    if (message.rfind("multi_head_sdpa_backward: ", 0) != 0)
-        return dropout_what + ": the refusal does not name multi_head_sdpa_backward: " + message;
-    return overflow_refusal(message, kind, "", dropout_what);
+    return std::nullopt;
 }
 
 }  // namespace
