@@ -43,6 +43,15 @@ Verdict all_finite(const Tensor<T>& t, const char* name, const std::string& what
     return std::nullopt;
 }
 
+// all_finite of the three gradients, named dq, dk, dv with `suffix`.
+template <class T>
+Verdict finite_gradients(const Tensor<T>& dq, const Tensor<T>& dk, const Tensor<T>& dv, const std::string& suffix,
+                         const std::string& what) {
+    if (Verdict v = all_finite(dq, ("dq" + suffix).c_str(), what)) return v;
+    if (Verdict v = all_finite(dk, ("dk" + suffix).c_str(), what)) return v;
+    return all_finite(dv, ("dv" + suffix).c_str(), what);
+}
+
 // A refusal naming what overflowed: a ValueError that says so, and that the inputs were finite.
 Verdict overflow_refusal(const std::string& message, const std::string& kind, const std::string& named,
                          const std::string& what) {
@@ -143,7 +152,7 @@ Verdict dropped_out_head_path(const SdpaCase& c, double top, const std::string& 
 // refuses, naming multi_head_sdpa_backward (the function called, not the split heads' sdpa_backward) and what
 // overflowed.
 template <class T>
-Verdict dropped_out_head_backward(const Implementation& impl, const SdpaCase& c, double top, const std::string& what) {
+Verdict head_path_backward(const Implementation& impl, const SdpaCase& c, double top, const std::string& what) {
     Rng draws(c.aux_seed ^ 0xbac4);
     const Tensor<T> qp = normal_tensor<T>({c.B, c.Tq, c.H * c.Dk}, draws);
     const Tensor<T> kp = normal_tensor<T>({c.B, c.Tk, c.kv_heads * c.Dk}, draws);
@@ -160,16 +169,11 @@ Verdict dropped_out_head_backward(const Implementation& impl, const SdpaCase& c,
                                       options, MhaDropout{0.9, c.aux_seed});
         });
         const std::string mode_what = what + ", head path backward, " + (training ? "dropout 0.9" : "evaluation mode");
-        Verdict v;
-        if (kind.empty()) {
-            v = all_finite(g->dq_projected, "dq_projected", mode_what);
-            if (!v) v = all_finite(g->dk_projected, "dk_projected", mode_what);
-            if (!v) v = all_finite(g->dv_projected, "dv_projected", mode_what);
-        } else if (message.rfind("multi_head_sdpa_backward: ", 0) != 0) {
-            v = mode_what + ": the refusal does not name multi_head_sdpa_backward: " + message;
-        } else {
-            v = overflow_refusal(message, kind, "", mode_what);
-        }
+        const Verdict v =
+            kind.empty() ? finite_gradients(g->dq_projected, g->dk_projected, g->dv_projected, "_projected", mode_what)
+            : message.rfind("multi_head_sdpa_backward: ", 0) != 0
+                ? mode_what + ": the refusal does not name multi_head_sdpa_backward: " + message
+                : overflow_refusal(message, kind, "", mode_what);
         if (v) return v;
     }
     return std::nullopt;
@@ -285,18 +289,15 @@ Property an_overflow_is_refused_by_name() {
                 return overflow_refusal(backward_message, backward_kind, named, what + ", sdpa_backward");
             }
             // Gradient: dout in the output's shape and layout, every element 3/4 of T's largest number.
-            if (!impl.has_backward()) return dropped_out_head_backward<T>(impl, c, top, what);
+            if (!impl.has_backward()) return head_path_backward<T>(impl, c, top, what);  // the module's head path
             const CaseInputs<T> in = make_inputs<T>(o);
             Shape out_shape = in.q_view.shape();
             out_shape.back() = c.Dv;
             const Tensor<T> dout(out_shape, static_cast<T>(0.75 * top));
             std::optional<BackwardRun<T>> run;
             const auto [error_kind, message] = thrown([&] { run = run_backward<T>(impl, o, o.options, &dout); });
-            Verdict v = error_kind.empty() ? all_finite(run->grads.dq, "dq", what) : overflow_refusal(message, error_kind, "", what);
-            if (!v && error_kind.empty()) v = all_finite(run->grads.dk, "dk", what);
-            if (!v && error_kind.empty()) v = all_finite(run->grads.dv, "dv", what);
-            if (v || !impl.has_head_backward()) return v;
-            return dropped_out_head_backward<T>(impl, c, top, what);
+            if (error_kind.empty()) return finite_gradients(run->grads.dq, run->grads.dk, run->grads.dv, "", what);
+            return overflow_refusal(message, error_kind, "", what);
         });
     };
     return p;
