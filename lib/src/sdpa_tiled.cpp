@@ -73,7 +73,9 @@ struct Layout {
     Index ps_q, ps_k, ps_v;      // panel strides (elements) of packed q, k (per key panel), v (per Dv panel)
     Index k_block_stride;        // elements per packed key block
     Index Dv_pad, dv_panels;
+    Index item_blocks;           // the most key blocks one item reads (blocks_per_item)
     Index n;                     // readable keys of the current batch element
+    Index slots;                 // packed key blocks kept at once (start_keys): block kb in slot kb % slots
 };
 
 // One thread's buffers, reused across its items (the packed keys while b does not change).
@@ -82,7 +84,7 @@ struct Workspace {
     std::uint64_t call = 0;  // the call that last used it (thread_workspace)
     Index b = -1;
     std::vector<Index> keys;  // readable key positions of batch element b, ascending
-    std::vector<char> block_packed;  // per key block of b: packed into kp and vp yet (pack_block)
+    std::vector<Index> slot_block;   // per slot: the key block of b packed there (pack_block), -1 for none
     Buffer<T> kp, vp, qp, sp, acc, blk;  // blk: one key block's P V for one query panel, before it joins acc
     Buffer<T> bias;                      // one tile's explicit bias, in the layout of s (bias_tile)
     std::vector<T> row_max, row_sum;  // per lane (query)
@@ -244,10 +246,13 @@ const T* const* lane_rows(Workspace<T>& w, Index n, Index stride, Index count, R
 }
 
 // k -> key blocks of Bk keys, each as mr-key panels: panel element (key r, dim p) at p * mr + r (zero padded);
-// v -> mr-dim panels over all n keys: element (key c, dim r) at c * mr + r. Unreadable rows never enter. Storage S
-// converts to the compute type T here (exactly, row_values), once per batch element and thread, a key block at a
-// time when an item first reads it (pack_block): then the item reads the block's panels from cache, not from memory
-// after the packing of every other block (a windowed call's items read two or three blocks each).
+// v -> per key block, mr-dim panels over its keys: element (key c of the block, dim r) at c * mr + r. Unreadable rows
+// never enter. Storage S converts to the compute type T here (exactly, row_values), once per batch element and thread,
+// a key block at a time when an item first reads it (pack_block): then the item reads the block's panels from cache,
+// not from memory after the packing of every other block (a windowed call's items read two or three blocks each).
+// Blocks live in slots, block kb in slot kb % slots, as many slots as one item reads blocks (Layout::item_blocks):
+// a window's packed keys stay a few blocks that the cache keeps, where one place per block (8 MB of k and v at
+// Tk = 16384, D = 64) would make every packing write fetch lines from memory first.
 template <class S, class T>
 void start_keys(const SdpaProblem<S>& p, const Readability& r, Index b, Layout& L, Workspace<T>& w) {
     w.b = b;
@@ -257,10 +262,26 @@ void start_keys(const SdpaProblem<S>& p, const Readability& r, Index b, Layout& 
     const Index n = static_cast<Index>(w.keys.size());
     L.n = n;
     const Index key_blocks = (n + L.Bk - 1) / L.Bk;
-    w.kp.get(std::max<Index>(1, key_blocks * L.k_block_stride));
-    L.ps_v = round_up(std::max<Index>(n, 1) * L.mr + panel_spill, 16);  // room for row_to_panels' last row
-    w.vp.get(L.dv_panels * L.ps_v);
-    w.block_packed.assign(static_cast<std::size_t>(key_blocks), 0);
+    L.slots = std::clamp<Index>(L.item_blocks, 1, std::max<Index>(key_blocks, 1));
+    w.kp.get(L.slots * L.k_block_stride);
+    L.ps_v = round_up(L.Bk_pad * L.mr + panel_spill, 16);  // room for row_to_panels' last row
+    w.vp.get(L.slots * L.dv_panels * L.ps_v);
+    w.slot_block.assign(static_cast<std::size_t>(L.slots), -1);
+}
+
+// Key block kb's slot (start_keys) and whether kb is packed there.
+inline Index slot_of(const Layout& L, Index kb) { return kb % L.slots; }
+template <class T>
+bool is_packed(const Layout& L, const Workspace<T>& w, Index kb) {
+    return w.slot_block[static_cast<std::size_t>(slot_of(L, kb))] == kb;
+}
+template <class T>
+const T* packed_k(const Layout& L, const Workspace<T>& w, Index kb) {
+    return w.kp.data.get() + slot_of(L, kb) * L.k_block_stride;
+}
+template <class T>
+const T* packed_v(const Layout& L, const Workspace<T>& w, Index kb) {
+    return w.vp.data.get() + slot_of(L, kb) * L.dv_panels * L.ps_v;
 }
 
 // Key block kb of batch element w.b (start_keys): its k panels and its keys' v rows.
@@ -268,7 +289,8 @@ template <class S, class T>
 void pack_block(const SdpaProblem<S>& p, const Readability& r, Index kb, const Layout& L, Workspace<T>& w) {
     const Index b = w.b, c0 = kb * L.Bk, nb = std::min(L.Bk, L.n - c0);
     const Index ks = p.k.stride(-1), vs = p.v.stride(-1);
-    T* block = w.kp.data.get() + kb * L.k_block_stride;
+    T* block = const_cast<T*>(packed_k(L, w, kb));
+    T* vblock = const_cast<T*>(packed_v(L, w, kb));
     for (Index ip = 0; ip < L.Bk_pad / L.mr; ++ip) {
         const auto lane = lane_rows<S>(
             w, L.mr, ks, p.Dk,
@@ -279,9 +301,9 @@ void pack_block(const SdpaProblem<S>& p, const Readability& r, Index kb, const L
     for (Index c = c0; c < c0 + nb; ++c) {
         const T* vrow = row_values(p.v_row(b, w.keys[c]), vs, p.Dv, w.rows.data());
         if (r.values_deferred) watch_row(vrow, p.Dv);
-        row_to_panels(vrow, p.Dv, L.dv_panels, L.ps_v, L.mr, w.vp.data.get() + c * L.mr);
+        row_to_panels(vrow, p.Dv, L.dv_panels, L.ps_v, L.mr, vblock + (c - c0) * L.mr);
     }
-    w.block_packed[static_cast<std::size_t>(kb)] = 1;
+    w.slot_block[static_cast<std::size_t>(slot_of(L, kb))] = kb;
 }
 
 // Exp that passes NaN through without handing it to hn::Exp, whose float -> int step is undefined for NaN
@@ -304,8 +326,15 @@ void online_softmax(D d, T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_
     const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
     for (Index x = 0; x < nr; x += N) {
         const auto m_old = hn::LoadU(d, m + x);
-        auto m_new = m_old;
-        for (Index c = 0; c < nb; ++c) m_new = hn::Max(m_new, hn::LoadU(d, s + c * nr + x));
+        // The max in four chains (exact in any order), so that the loop does not wait on each Max's latency.
+        auto m0 = m_old, m1 = m_old, m2 = m_old, m3 = m_old;
+        Index c = 0;
+        for (; c + 4 <= nb; c += 4) {
+            m0 = hn::Max(m0, hn::LoadU(d, s + c * nr + x)), m1 = hn::Max(m1, hn::LoadU(d, s + (c + 1) * nr + x));
+            m2 = hn::Max(m2, hn::LoadU(d, s + (c + 2) * nr + x)), m3 = hn::Max(m3, hn::LoadU(d, s + (c + 3) * nr + x));
+        }
+        for (; c < nb; ++c) m0 = hn::Max(m0, hn::LoadU(d, s + c * nr + x));
+        const auto m_new = hn::Max(hn::Max(m0, m1), hn::Max(m2, m3));
         // Subtract 0 where the max is still -inf: exp(-inf - 0) = 0, never exp(-inf - -inf) = NaN.
         const auto m_sub = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
         auto sum = hn::Zero(d);
@@ -636,7 +665,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
         transpose_rows(lane, nr, Dk, qp + jq * L.ps_q);
     }
     T* acc = w.acc.get(L.q_panels * L.Dv_pad * nr);  // panel jq: (Dv_pad, nr)
-    T* sp = w.sp.get(L.q_panels * L.Bk_pad * nr);    // panel jq: (Bk_pad, nr), s^T then p^T
+    T* sp = w.sp.get(L.Bk_pad * nr);                 // (Bk_pad, nr): one tile's s^T, then p^T
     T* blk = w.blk.get(L.Dv_pad * nr);               // (Dv_pad, nr), like one panel of acc
     std::fill_n(acc, panels * L.Dv_pad * nr, T(0));
     std::fill_n(w.row_max.begin(), panels * nr, neg_inf);
@@ -675,7 +704,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
 
     // The key blocks this item reads, packed when first read (pack_block).
     for (Index kb = keys_begin / L.Bk; kb * L.Bk < keys_end; ++kb)
-        if (!w.block_packed[static_cast<std::size_t>(kb)]) pack_block(p, r, kb, L, w);
+        if (!is_packed(L, w, kb)) pack_block(p, r, kb, L, w);
     // Asked for a few cache lines per micro-kernel call while this item computes (Ahead), where they lie in one
     // contiguous range each: the next item's q rows (from i1, or batch element b + 1's first) and the k and v rows of
     // the first key block after this item's that is not packed yet. Read at the start of the item that needs them,
@@ -687,7 +716,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
     if (qs == 1 && p.q.stride(-2) == Dk && q_next_b < p.batch)
         ask(p.q_row(q_next_b, q_next_i), std::min(L.Bq, p.Tq - q_next_i) * Dk * Index(sizeof(S)));
     const Index kb_next = keys_end > keys_begin ? (keys_end - 1) / L.Bk + 1 : 0;
-    if (kb_next > 0 && kb_next * L.Bk < n && !w.block_packed[static_cast<std::size_t>(kb_next)]) {
+    if (kb_next > 0 && kb_next * L.Bk < n && !is_packed(L, w, kb_next)) {
         const Index c0 = kb_next * L.Bk, nb = std::min(L.Bk, n - c0);
         if (consecutive(w.keys.data() + c0, nb)) {
             if (p.k.stride(-1) == 1 && p.k.stride(-2) == Dk) ask(p.k_row(b, w.keys[c0]), nb * Dk * Index(sizeof(S)));
@@ -702,7 +731,8 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
     }
     for (Index c0 = keys_begin / L.Bk * L.Bk; c0 < keys_end; c0 += L.Bk) {
         const Index nb = std::min(L.Bk, n - c0);  // readable keys [c0, c0 + nb)
-        const T* kblock = w.kp.data.get() + (c0 / L.Bk) * L.k_block_stride;
+        const T* kblock = packed_k(L, w, c0 / L.Bk);
+        const T* vblock = packed_v(L, w, c0 / L.Bk);
         // Under check_finite every readable value is finite; otherwise look, since 0 * NaN in the product would
         // carry a NaN/Inf value row into rows that may not read it.
         bool v_block_finite = true;
@@ -715,7 +745,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             const Index lo = std::max<Index>(w.panel_begin[jq] - c0, 0), hi = std::min(nb, w.panel_end[jq] - c0);
             if (hi <= lo) continue;
             const Index cs = lo / mr * mr, k0 = c0 + cs, nbj = hi - cs;
-            T* s = sp + jq * L.Bk_pad * nr + cs * nr;  // key k0 + c, query lane rr at s[c * nr + rr]
+            T* s = sp + cs * nr;  // key k0 + c, query lane rr at s[c * nr + rr]
             T* accj = acc + jq * L.Dv_pad * nr;
             if (bias_raw) {  // the next tile's bias (step 3c), the next panel's or the next block's first panel's
                 const Index ahead = jq + 1, c0n = c0 + ahead / panels * L.Bk, jqn = ahead % panels;
@@ -827,7 +857,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             // sums never include the running accumulator, whatever order the micro-kernel sums in).
             if (Dv == 0) continue;  // no value columns: nothing to accumulate (and no packed v to point into)
             if (v_block_finite) {
-                packed_gemm<T>(L.dv_panels, 1, nbj, T(1), w.vp.data.get() + k0 * mr, L.ps_v, s, 0, T(0), blk, nr,
+                packed_gemm<T>(L.dv_panels, 1, nbj, T(1), vblock + cs * mr, L.ps_v, s, 0, T(0), blk, nr,
                                1, mr * nr, 0, &ahead);
             } else {
                 // A NaN/Inf value row that some query reads must not reach the rows of queries that may not read it
@@ -906,8 +936,9 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
 }
 
 // This thread's workspace, kept from call to call: its buffers (the packed keys and values of one batch element, 8 MB
-// at Tk = 16384, D = 64) would otherwise be allocated, paged in and freed by every call, which measured a sixth of a
-// windowed call's time (T = 16384, window (256, 0)). A new call marks the packed batch element stale.
+// at Tk = 16384, D = 64 without a positional rule) would otherwise be allocated, paged in and freed by every call,
+// which measured a sixth of a windowed call's time (T = 16384, window (256, 0), before its packed blocks shrank to
+// slots). A new call marks the packed batch element stale.
 // Calls of every storage type: float16 and float calls share Workspace<float>, so their numbers must differ.
 std::atomic<std::uint64_t> tiled_calls{0};
 
@@ -916,6 +947,25 @@ Workspace<T>& thread_workspace(std::uint64_t call) {
     thread_local Workspace<T> w;
     if (w.call != call) w.call = call, w.b = -1;
     return w;
+}
+
+// The most key blocks of Bk that one item (Bq query rows) reads, for start_keys' slots: the union of its rows'
+// positional ranges, empty ones included as tile() takes them, spans at most ceil(span / Bk) + 1 blocks, and no
+// more in readable keys (unreadable keys only narrow a range). Every block of Tk without a positional rule.
+template <class S>
+Index blocks_per_item(const SdpaProblem<S>& p, Index Bq, Index Bk) {
+    const Index all = (p.Tk + Bk - 1) / Bk;
+    if (!p.positions.restricts()) return all;
+    Index most = 0;
+    for (Index i0 = 0; i0 < p.Tq; i0 += Bq) {
+        Index begin = p.Tk, end = 0;
+        for (Index i = i0; i < std::min(p.Tq, i0 + Bq); ++i) {
+            const KeyRange range = p.positions.keys(i, p.Tq, p.Tk);
+            begin = std::min(begin, range.begin), end = std::max(end, range.end);
+        }
+        if (end > begin) most = std::max(most, (end - begin + Bk - 1) / Bk + 1);
+    }
+    return std::min(all, most);
 }
 
 template <class S>
@@ -936,6 +986,7 @@ void sdpa_tiled_impl(const SdpaProblem<S>& p, const std::vector<Readability>& re
     base.k_block_stride = (base.Bk_pad / base.mr) * base.ps_k;
     base.dv_panels = (p.Dv + base.mr - 1) / base.mr;
     base.Dv_pad = base.dv_panels * base.mr;
+    base.item_blocks = blocks_per_item(p, base.Bq, base.Bk);
 
     const Index q_blocks = (p.Tq + base.Bq - 1) / base.Bq;
     const int threads = thread_count(options);
