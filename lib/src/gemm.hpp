@@ -1,6 +1,8 @@
 // Internal: the library's one doorway to BLIS (general-stride gemm, single-threaded per call).
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "attn/tensor.hpp"
@@ -28,7 +30,8 @@ MicroTile micro_tile();
 
 // Memory a caller will read soon, asked for a few cache lines at a time between the micro-kernel calls of its products
 // (packed_gemm): spread so, the prefetches overlap with arithmetic, where a burst of them would stall on the CPU's
-// queue of outstanding misses. Up to three byte ranges, taken in order.
+// queue of outstanding misses. Up to three byte ranges, taken in order, and beside them one set of rows (set_rows:
+// what the next few calls' caller reads after them, such as the bias rows of the kernel's next tile).
 struct Ahead {
     struct Range {
         const char* next = nullptr;
@@ -37,11 +40,26 @@ struct Ahead {
     Range ranges[3];
     int count = 0, current = 0;
     int lines_per_step = 2;
+    // The rows: `left` rows of `bytes`, `stride` apart, the current one's lines [next, end) still to ask for.
+    struct Rows {
+        const char* next = nullptr;
+        const char* end = nullptr;
+        Index bytes = 0, stride = 0, left = 0;
+        int lines_per_step = 0;
+    } rows;
     void add(const void* begin, Index bytes) {
         if (bytes > 0 && count < 3) {
             const char* b = static_cast<const char*>(begin);
             ranges[count++] = {b, b + bytes};
         }
+    }
+    // Replaces the rows (those of the last set not asked for yet are dropped): `count` rows of `bytes` from `first`,
+    // `stride` bytes apart, over the next `steps` steps.
+    void set_rows(const void* first, Index bytes, Index stride, Index count, Index steps) {
+        const char* f = static_cast<const char*>(first);
+        const Index lines = count * (bytes / 64 + 2);  // a row's lines, one more where it straddles
+        rows = {line_of(f), f + bytes, bytes, stride, bytes > 0 ? count : 0,
+                static_cast<int>(std::clamp<Index>(lines / std::max<Index>(steps, 1) + 1, 1, 16))};
     }
     void step() {
         for (int i = 0; i < lines_per_step && current < count; ++i) {
@@ -50,6 +68,17 @@ struct Ahead {
             r.next += 64;
             if (r.next >= r.end) ++current;
         }
+        for (int i = 0; i < rows.lines_per_step && rows.left > 0; ++i) {
+            __builtin_prefetch(rows.next);
+            rows.next += 64;
+            if (rows.next >= rows.end && --rows.left > 0) {
+                const char* row = rows.end - rows.bytes + rows.stride;
+                rows.next = line_of(row), rows.end = row + rows.bytes;
+            }
+        }
+    }
+    static const char* line_of(const char* p) {
+        return reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t(63));
     }
 };
 

@@ -517,28 +517,6 @@ void transpose_bias(const T* rows, Index row_stride, Index key_stride, const Ind
         for (Index rr = 0; rr < nr; ++rr) bt[c * nr + rr] = row(rr)[keys[c] * key_stride];
 }
 
-// Asks for `count` contiguous values of each of `rows` rows a row stride apart, which the kernel reads soon: one
-// stream per row is more streams than a hardware prefetcher follows, and a block of q rows is read at once, with
-// no work to hide its wait behind. Inlined by force: a function whose only effects are prefetches counts as pure to
-// the optimiser, which would drop the call.
-template <class T>
-HWY_INLINE void prefetch_rows(const T* first, Index row_stride, Index rows, Index count) {
-    constexpr Index line = 64 / sizeof(T);
-    for (Index rr = 0; rr < rows; ++rr) {
-        const T* row = first + rr * row_stride;
-        for (Index c = 0; c < count; c += line) hwy::Prefetch(row + c);
-        hwy::Prefetch(row + count - 1);
-    }
-}
-
-// The bias that transpose_bias will read next (lanes [0, nr) of the rows at `rows`, keys keys[0, nbj)), asked for
-// while the current tile computes. Contiguous keys only (the layout of transpose_bias's fast path).
-template <class T>
-HWY_INLINE void prefetch_bias(const T* rows, Index row_stride, Index key_stride, const Index* keys, Index nbj, Index nr,
-                              Index valid) {
-    if (key_stride == 1 && consecutive(keys, nbj)) prefetch_rows(rows + keys[0], row_stride, std::min(nr, valid), nbj);
-}
-
 // Where step 3c's additive term t comes from: the explicit bias in the layout of s (bias_tile, or with `raw`
 // transpose_bias: as stored, blocked positions included, which is right only under check_finite, where a blocked
 // logit and no allowed one is -inf, so blocked logits take 0 whatever the bias holds there), or none; then ALiBi's.
@@ -748,14 +726,17 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             T* s = sp + cs * nr;  // key k0 + c, query lane rr at s[c * nr + rr]
             T* accj = acc + jq * L.Dv_pad * nr;
             if (bias_raw) {  // the next tile's bias (step 3c), the next panel's or the next block's first panel's
-                const Index ahead = jq + 1, c0n = c0 + ahead / panels * L.Bk, jqn = ahead % panels;
+                const Index next = jq + 1, c0n = c0 + next / panels * L.Bk, jqn = next % panels;
                 const Index nbn = std::min(L.Bk, n - c0n);
                 const Index lon = std::max<Index>(w.panel_begin[jqn] - c0n, 0);
                 const Index hin = std::min(nbn, w.panel_end[jqn] - c0n);
-                if (c0n < keys_end && hin > lon)
-                    prefetch_bias(p.bias_row(b, i0 + jqn * nr), p.bias_row_stride, p.bias_key_stride,
-                                  w.keys.data() + c0n + lon / mr * mr, hin - lon / mr * mr, nr,
-                                  std::min(nr, rows - jqn * nr));
+                // Contiguous keys only (transpose_bias's fast path), over this tile's micro-kernel calls.
+                const Index* keys_n = c0n < keys_end && hin > lon ? w.keys.data() + c0n + lon / mr * mr : nullptr;
+                const Index nbj_n = hin - lon / mr * mr;
+                if (keys_n && p.bias_key_stride == 1 && consecutive(keys_n, nbj_n))
+                    ahead.set_rows(p.bias_row(b, i0 + jqn * nr) + keys_n[0], nbj_n * Index(sizeof(S)),
+                                   p.bias_row_stride * Index(sizeof(S)), std::min(nr, rows - jqn * nr),
+                                   (nbj + mr - 1) / mr + L.dv_panels);
             }
 
             // 2. scores: s^T (nbj, nr) = scale * k[k0:k0+nbj] (nbj, Dk) @ q^T (Dk, nr), tile by tile.
