@@ -614,6 +614,37 @@ Index add_bias_any_width(T* s, const BiasSource<T>& src, Index nbj, Index nr, In
 }
 
 
+// What an item (query rows up to i1 of batch element b, reading readable keys [keys_begin, keys_end) in `panels`
+// query panels) asks for a few cache lines per micro-kernel call while it computes (Ahead), where they lie in one
+// contiguous range each: the next item's q rows (from i1, or batch element b + 1's first) and the k and v rows of
+// the first key block after this item's that is not packed yet. Read at the start of the item that needs them,
+// they would make it wait on memory with nothing to do meanwhile.
+template <class S, class T>
+Ahead item_ahead(const SdpaProblem<S>& p, const Layout& L, const Workspace<T>& w, Index b, Index i1, Index keys_begin,
+                 Index keys_end, Index panels) {
+    const Index Dk = p.Dk, Dv = p.Dv, n = L.n;
+    Ahead ahead;
+    Index bytes = 0;
+    const auto ask = [&](const void* first, Index count) { ahead.add(first, count), bytes += count; };
+    const Index q_next_b = i1 < p.Tq ? b : b + 1, q_next_i = i1 < p.Tq ? i1 : 0;
+    if (p.q.stride(-1) == 1 && p.q.stride(-2) == Dk && q_next_b < p.batch)
+        ask(p.q_row(q_next_b, q_next_i), std::min(L.Bq, p.Tq - q_next_i) * Dk * Index(sizeof(S)));
+    const Index kb_next = keys_end > keys_begin ? (keys_end - 1) / L.Bk + 1 : 0;
+    if (kb_next > 0 && kb_next * L.Bk < n && !is_packed(L, w, kb_next)) {
+        const Index c0 = kb_next * L.Bk, nb = std::min(L.Bk, n - c0);
+        if (consecutive(w.keys.data() + c0, nb)) {
+            if (p.k.stride(-1) == 1 && p.k.stride(-2) == Dk) ask(p.k_row(b, w.keys[c0]), nb * Dk * Index(sizeof(S)));
+            if (p.v.stride(-1) == 1 && p.v.stride(-2) == Dv) ask(p.v_row(b, w.keys[c0]), nb * Dv * Index(sizeof(S)));
+        }
+    }
+    // Lines per step: the asked lines over the item's micro-kernel calls (both products of every tile).
+    Index calls = 0;
+    for (Index jq = 0; jq < panels; ++jq)
+        calls += std::max<Index>(w.panel_end[jq] - w.panel_begin[jq], 0) / L.mr + 2 * L.dv_panels;
+    ahead.lines_per_step = static_cast<int>(std::clamp<Index>(bytes / 64 / std::max<Index>(calls, 1) + 1, 1, 8));
+    return ahead;
+}
+
 // Query rows [i0, i1) of batch element b; writes output rows (i1 - i0, Dv), rounded from T to the storage S once.
 // One function of ~140 lines on purpose: it is the kernel's hot loop over key blocks, and its six steps (pack,
 // scores, mask, online softmax, P V, normalise; numbered in the body) share the tile's workspace pointers, block
@@ -683,30 +714,7 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
     // The key blocks this item reads, packed when first read (pack_block).
     for (Index kb = keys_begin / L.Bk; kb * L.Bk < keys_end; ++kb)
         if (!is_packed(L, w, kb)) pack_block(p, r, kb, L, w);
-    // Asked for a few cache lines per micro-kernel call while this item computes (Ahead), where they lie in one
-    // contiguous range each: the next item's q rows (from i1, or batch element b + 1's first) and the k and v rows of
-    // the first key block after this item's that is not packed yet. Read at the start of the item that needs them,
-    // they would make it wait on memory with nothing to do meanwhile.
-    Ahead ahead;
-    Index ahead_bytes = 0;
-    const auto ask = [&](const void* first, Index bytes) { ahead.add(first, bytes), ahead_bytes += bytes; };
-    const Index q_next_b = i1 < p.Tq ? b : b + 1, q_next_i = i1 < p.Tq ? i1 : 0;
-    if (qs == 1 && p.q.stride(-2) == Dk && q_next_b < p.batch)
-        ask(p.q_row(q_next_b, q_next_i), std::min(L.Bq, p.Tq - q_next_i) * Dk * Index(sizeof(S)));
-    const Index kb_next = keys_end > keys_begin ? (keys_end - 1) / L.Bk + 1 : 0;
-    if (kb_next > 0 && kb_next * L.Bk < n && !is_packed(L, w, kb_next)) {
-        const Index c0 = kb_next * L.Bk, nb = std::min(L.Bk, n - c0);
-        if (consecutive(w.keys.data() + c0, nb)) {
-            if (p.k.stride(-1) == 1 && p.k.stride(-2) == Dk) ask(p.k_row(b, w.keys[c0]), nb * Dk * Index(sizeof(S)));
-            if (p.v.stride(-1) == 1 && p.v.stride(-2) == Dv) ask(p.v_row(b, w.keys[c0]), nb * Dv * Index(sizeof(S)));
-        }
-    }
-    {  // lines per step: the asked lines over the item's micro-kernel calls (both products of every tile)
-        Index calls = 0;
-        for (Index jq = 0; jq < panels; ++jq)
-            calls += std::max<Index>(w.panel_end[jq] - w.panel_begin[jq], 0) / mr + 2 * L.dv_panels;
-        ahead.lines_per_step = static_cast<int>(std::clamp<Index>(ahead_bytes / 64 / std::max<Index>(calls, 1) + 1, 1, 8));
-    }
+    Ahead ahead = item_ahead(p, L, w, b, i1, keys_begin, keys_end, panels);
     for (Index c0 = keys_begin / L.Bk * L.Bk; c0 < keys_end; c0 += L.Bk) {
         const Index nb = std::min(L.Bk, n - c0);  // readable keys [c0, c0 + nb)
         const T* kblock = packed_k(L, w, c0 / L.Bk);
