@@ -33,49 +33,46 @@ MicroTile micro_tile();
 // queue of outstanding misses. Up to three byte ranges, taken in order, and beside them one set of rows (set_rows:
 // what the next few calls' caller reads after them, such as the bias rows of the kernel's next tile).
 struct Ahead {
-    struct Range {
-        const char* next = nullptr;
-        const char* end = nullptr;
-    };
-    Range ranges[3];
-    int count = 0, current = 0;
-    int lines_per_step = 2;
-    // The rows: `left` rows of `bytes`, `stride` apart, the current one's lines [next, end) still to ask for.
-    struct Rows {
+    // `left` rows of `bytes`, `stride` apart (a byte range is one row), the current one's lines [next, end) still to
+    // ask for.
+    struct Lines {
         const char* next = nullptr;
         const char* end = nullptr;
         Index bytes = 0, stride = 0, left = 0;
-        int lines_per_step = 0;
-    } rows;
-    void add(const void* begin, Index bytes) {
-        if (bytes > 0 && count < 3) {
-            const char* b = static_cast<const char*>(begin);
-            ranges[count++] = {b, b + bytes};
+        Lines() = default;
+        Lines(const void* first, Index bytes_, Index stride_, Index rows)
+            : next(line_of(static_cast<const char*>(first))), end(static_cast<const char*>(first) + bytes_),
+              bytes(bytes_), stride(stride_), left(bytes_ > 0 ? rows : 0) {}
+        // Asks for the next line; false once every row is asked for.
+        bool ask() {
+            __builtin_prefetch(next);
+            next += 64;
+            if (next >= end && --left > 0) {
+                const char* row = end - bytes + stride;
+                next = line_of(row), end = row + bytes;
+            }
+            return left > 0;
         }
+    };
+    Lines ranges[3];
+    int count = 0, current = 0;
+    int lines_per_step = 2;
+    Lines rows;
+    int rows_per_step = 0;  // lines of `rows` per step
+    void add(const void* begin, Index bytes) {
+        if (bytes > 0 && count < 3) ranges[count++] = Lines(begin, bytes, 0, 1);
     }
     // Replaces the rows (those of the last set not asked for yet are dropped): `count` rows of `bytes` from `first`,
     // `stride` bytes apart, over the next `steps` steps.
     void set_rows(const void* first, Index bytes, Index stride, Index count, Index steps) {
-        const char* f = static_cast<const char*>(first);
+        rows = Lines(first, bytes, stride, count);
         const Index lines = count * (bytes / 64 + 2);  // a row's lines, one more where it straddles
-        rows = {line_of(f), f + bytes, bytes, stride, bytes > 0 ? count : 0,
-                static_cast<int>(std::clamp<Index>(lines / std::max<Index>(steps, 1) + 1, 1, 16))};
+        rows_per_step = static_cast<int>(std::clamp<Index>(lines / std::max<Index>(steps, 1) + 1, 1, 16));
     }
     void step() {
-        for (int i = 0; i < lines_per_step && current < count; ++i) {
-            Range& r = ranges[current];
-            __builtin_prefetch(r.next);
-            r.next += 64;
-            if (r.next >= r.end) ++current;
-        }
-        for (int i = 0; i < rows.lines_per_step && rows.left > 0; ++i) {
-            __builtin_prefetch(rows.next);
-            rows.next += 64;
-            if (rows.next >= rows.end && --rows.left > 0) {
-                const char* row = rows.end - rows.bytes + rows.stride;
-                rows.next = line_of(row), rows.end = row + rows.bytes;
-            }
-        }
+        for (int i = 0; i < lines_per_step && current < count; ++i)
+            if (!ranges[current].ask()) ++current;
+        for (int i = 0; i < rows_per_step && rows.left > 0; ++i) rows.ask();
     }
     static const char* line_of(const char* p) {
         return reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t(63));

@@ -276,11 +276,11 @@ bool is_packed(const Layout& L, const Workspace<T>& w, Index kb) {
     return w.slot_block[static_cast<std::size_t>(slot_of(L, kb))] == kb;
 }
 template <class T>
-const T* packed_k(const Layout& L, const Workspace<T>& w, Index kb) {
+T* packed_k(const Layout& L, const Workspace<T>& w, Index kb) {
     return w.kp.data.get() + slot_of(L, kb) * L.k_block_stride;
 }
 template <class T>
-const T* packed_v(const Layout& L, const Workspace<T>& w, Index kb) {
+T* packed_v(const Layout& L, const Workspace<T>& w, Index kb) {
     return w.vp.data.get() + slot_of(L, kb) * L.dv_panels * L.ps_v;
 }
 
@@ -289,8 +289,8 @@ template <class S, class T>
 void pack_block(const SdpaProblem<S>& p, const Readability& r, Index kb, const Layout& L, Workspace<T>& w) {
     const Index b = w.b, c0 = kb * L.Bk, nb = std::min(L.Bk, L.n - c0);
     const Index ks = p.k.stride(-1), vs = p.v.stride(-1);
-    T* block = const_cast<T*>(packed_k(L, w, kb));
-    T* vblock = const_cast<T*>(packed_v(L, w, kb));
+    T* block = packed_k(L, w, kb);
+    T* vblock = packed_v(L, w, kb);
     for (Index ip = 0; ip < L.Bk_pad / L.mr; ++ip) {
         const auto lane = lane_rows<S>(
             w, L.mr, ks, p.Dk,
