@@ -102,7 +102,7 @@ Verdict bitwise_equal(const SdpaCase& c, const Tensor<T>& a, const Tensor<T>& b,
 
 // Output within the oracle's bound, element by element (the metrics module's comparison); and, when the oracle
 // computed it, not suspicious to the statistical verdict either: a correct kernel is flagged with probability at
-// most statistical_false_alarm per element, so a flag on a library kernel means the statistical model is wrong.
+// most statistical_false_alarm per call, so a flag on a library kernel means the statistical model is wrong.
 template <class T>
 Verdict within_bound(const Tensor<T>& out, const oracle::Result<T>& o, const std::string& what) {
     const oracle::Comparison cmp = oracle::compare_output<T>(out.view(), o);

@@ -324,7 +324,7 @@ CheckOutcome check_files(const CheckArgs& args, const Inputs& in, const npy::Arr
     const bool pass = verdict.pass();
     const bool suspicious = verdict.suspicious();
     const oracle::RowStatistic& rows = *verdict.statistical_rows;
-    std::printf("statistical verdict (independent rounding errors, false alarm <= %.0e per element): %s\n",
+    std::printf("statistical verdict (independent rounding errors, false alarm <= %.0e per call): %s\n",
                 oracle::statistical_false_alarm, suspicious ? "SUSPICIOUS" : "not suspicious");
     std::printf("  output over the statistical bound   %lld of %lld (max error/bound %.3g)\n",
                 static_cast<long long>(verdict.statistical_output->violations),
@@ -352,7 +352,7 @@ CheckOutcome check_files(const CheckArgs& args, const Inputs& in, const npy::Arr
                                  {"output", to_json(verdict.output)}};
         if (verdict.weights) report["weights"] = to_json(*verdict.weights);
         report["statistical"] = nlohmann::json{{"suspicious", suspicious},
-                                 {"false_alarm_per_element", oracle::statistical_false_alarm},
+                                 {"false_alarm_per_call", oracle::statistical_false_alarm},
                                  {"output", to_json(*verdict.statistical_output)},
                                  {"row_statistic",
                                   {{"rows", rows.rows},
@@ -467,6 +467,8 @@ struct SweepArgs {
     std::string dtype = "both";
     std::string impl = "reference";
     bool compare_mpfr = false;
+    std::string classes = "adversarial";
+    bool generic_model = false;
 };
 
 int sweep_command(const SweepArgs& args) {
@@ -480,6 +482,8 @@ int sweep_command(const SweepArgs& args) {
     options.seed = args.seed;
     options.impl = args.impl;
     options.compare_mpfr = args.compare_mpfr;
+    options.classes = args.classes;
+    options.generic_model = args.generic_model;
     bool ok = true;
     const auto run = [&](auto tag) {
         using T = decltype(tag);
@@ -535,6 +539,14 @@ Action add_oracle_commands(CLI::App& app) {
     scmd->add_option("--seed", sargs->seed, "RNG seed")->capture_default_str();
     scmd->add_flag("--compare-mpfr", sargs->compare_mpfr,
                    "Also run each case on the all-MPFR path and require bitwise the same rounded outputs and weights");
+    scmd->add_option("--classes", sargs->classes,
+                     "Case classes: adversarial (logits up to 1e4, near-ties, wide values, masks) or stagnation "
+                     "(attention sinks, one-hot-ish rows, values in [1, 2), bfloat16 and small-integer data, Tk up to "
+                     "16384)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"adversarial", "stagnation"}));
+    scmd->add_flag("--generic-model", sargs->generic_model,
+                   "Judge every case under the generic model instead of the implementation's own");
     scmd->add_option("--dtype", sargs->dtype, "float, double or both")
         ->capture_default_str()
         ->check(CLI::IsMember({"float", "double", "both"}));

@@ -58,13 +58,15 @@ private:
     // that the model names (ErrorModel::logit_storage_roundings, probabilities_in_storage; section 11).
     static constexpr double u_storage_ = static_cast<double>(static_cast<C>(std::numeric_limits<T>::epsilon())) / 2;
     static constexpr double tau_storage_ = static_cast<double>(static_cast<C>(std::numeric_limits<T>::denorm_min())) / 2;
-    // a_j with the logit rounded to storage k times (section 11): + gamma_k (|s_j| + a_j) + k tau (1 + gamma_k).
+    // a_j with the logit rounded to storage k times (section 11): + gamma_k (|s_j| + a_j) + k tau max(1, |scale_hat|)
+    // (1 + gamma_k): a rounding of q k^T before the scale has its absolute (subnormal) part multiplied by the scale.
     double storage_logit(double a, double abs_s) const {
         const Index k = model_.logit_storage_roundings;
         if (k <= 0) return a;
         const double g = gamma(static_cast<double>(k), u_storage_);
+        const Wide scaled = std::max(Wide(1), std::fabs(static_cast<Wide>(p_.scale)) * (1 + scale_gamma(model_, u_, u_storage_)));
         return round_up((static_cast<Wide>(a) + g * (static_cast<Wide>(abs_s) + a) +
-                         static_cast<Wide>(k) * tau_storage_ * (1 + g)) * (1 + 0x1p-60L));
+                         static_cast<Wide>(k) * tau_storage_ * scaled * (1 + g)) * (1 + 0x1p-60L));
     }
 
     const SdpaProblem<T>& p_;
@@ -385,7 +387,36 @@ private:
         Normalisation nz_stat[2];
         int stat_choice = 0;
         double m_S = 0, m_O = 0;  // the row statistic's roundings in the sum and in each weighted sum (section 10)
+        Wide stag_S_rigorous = 0;  // the sum's stagnation charge under the row's own normalisation (the row statistic)
     };
+
+    // Section 10, stagnation: a lower value of key c's computed term in the sums, per unit of W, when its
+    // normalisation gives it p_j B_j (p_j (1 - B_j), less the partial sums' gamma, which the caller's gamma bounds).
+    static Wide term_lower(double p_hi, double pB, double gamma) {
+        return std::max(Wide(0), (static_cast<Wide>(p_hi) * (1 - 0x1p-40L) - pB) * (1 - 2 * static_cast<Wide>(gamma)));
+    }
+    // The sum of the exps' stagnation charge (StagnationRule) under normalisation z, per unit of W: terms p_j + p_j B_j.
+    static Wide sum_stagnation(const Normalisation& z, const ExactSoftmax<Real>& sm, double gamma_S) {
+        Wide total = 0;
+        for (double w : z.w) total += w;
+        const StagnationRule rule(total * (1 + 0x1p-50L), static_cast<double>(z.w.size()), gamma_S, u_);
+        Wide charge = 0;
+        for (std::size_t c = 0; c < z.w.size(); ++c) charge += rule.charge(z.w[c], term_lower(sm.p_hi[c], z.pB[c], gamma_S));
+        return charge * rule.factor;
+    }
+    // The weighted sum's over column col (values v_jc at row_at(c)[col]): terms (p_j + p_j B_j) |v_jc|, whose sum
+    // of magnitudes is at most `total` (OutputSums::absterm).
+    template <class RowAt>
+    static Wide weighted_stagnation(const Normalisation& z, const ExactSoftmax<Real>& sm, double gamma_O, Wide total,
+                                    std::size_t n, std::size_t col, RowAt row_at) {
+        const StagnationRule rule(total * (1 + 0x1p-50L), static_cast<double>(n), gamma_O, u_);
+        Wide charge = 0;
+        for (std::size_t c = 0; c < n; ++c) {
+            const Wide av = std::fabs(static_cast<Wide>(row_at(c)[col]));
+            charge += rule.charge(z.w[c] * av, term_lower(sm.p_hi[c], z.pB[c], gamma_O) * av);
+        }
+        return charge * rule.factor;
+    }
 
     // Section 10: whether more than sqrt(m) of the m values x share one magnitude to within a relative 2 m u (T's
     // u): their products or terms would enter a sum as near-equal terms, whose roundings are correlated.
@@ -613,9 +644,11 @@ private:
         rb.self_choice = better(3, 2);
         if (stat) {
             // Section 10: the same with the probabilistic gammas of the logits' dot products and the sums over keys,
-            // at the lambda whose union over the element's n (Dk + 2) chains gives statistical_false_alarm.
+            // at the lambda whose union over the element's n (Dk + 2) chains and the call's elements gives half of
+            // statistical_false_alarm.
             rb.stat = true;
-            const double lambda = statistical_lambda(nd, static_cast<double>(p_.Dk), u_);
+            const double lambda = statistical_lambda(nd, static_cast<double>(p_.Dk), u_,
+                                                     static_cast<double>(out_.output.numel() + out_.weights.numel()));
             const LogitRounding ls = logit_rounding(p_.Dk, p_.scale, u_, eta, lambda);
             double A_s = 0;
             std::vector<double> a_s(n);
@@ -633,6 +666,13 @@ private:
                 normalise(rb.stat_impl, theta_rest, rb.p_up, sigma_up, sigma_lo, log_W_lo, sm.pivot, false, theta_D_rest);
             rb.nz_stat[1] =
                 normalise(rb.stat_impl, theta_rest, rb.p_up, sigma_up, sigma_lo, log_W_lo, sm.pivot, true, theta_D_rest);
+            // Section 10, stagnation: the sum of the exps' additions whose smaller operand is too small for its
+            // rounding to be mean-independent, charged at their worst; then Delta again with that charge.
+            for (Normalisation& z : rb.nz_stat) {
+                z.stag_S = sum_stagnation(z, sm, rb.impl.gamma_S);
+                finish(z, rb.stat_impl);
+            }
+            rb.stag_S_rigorous = sum_stagnation(rb.nz[rb.impl_choice], sm, rb.impl.gamma_S);
             const Normalisation* z = rb.nz_stat;
             rb.stat_choice = z[1].bounded && (!z[0].bounded || z[1].delta < z[0].delta) ? 1 : 0;
             // Every rounding of the sums, in any order and blocking: n - 1 additions (2n - 2 with split-KV's
@@ -834,6 +874,10 @@ private:
             accumulate(0.0);
         else
             accumulate(Wide(0));
+        if (rb.stat)  // section 10, stagnation: every column's weighted sum under the statistical normalisation
+            for (std::size_t col = 0; col < Dv; ++col)
+                cs[col].stat.stag = weighted_stagnation(nt, sm, rb.impl.gamma_O, static_cast<Wide>(cs[col].stat.absterm),
+                                                        n, col, row_at);
         bool certain = true;
         const Wide nd = static_cast<Wide>(n);
         for (std::size_t col = 0; col < Dv; ++col) {
@@ -872,7 +916,10 @@ private:
                 // two sums' roundings, which keep their gammas only in Delta) plus M / S-hat, M the sums'
                 // rounding errors, a martingale whose increments are at most u (1 + gamma) times the sum of |terms|
                 // of its sum: m_O roundings in the weighted sum, m_S in the sum, each per unit of (1 - Delta).
-                const Wide d_num = c.impl.spread + c.impl.dv + o_round + (1 + ni.gamma_S) * o_up * ni.sum_pD;
+                // Stagnating additions (StagnationRule) are deterministic: charged in full, in both sums.
+                const Wide stag = weighted_stagnation(ni, sm, rb.impl.gamma_O, c.impl.absterm, n, col, row_at) +
+                                  rb.stag_S_rigorous * o_up;
+                const Wide d_num = c.impl.spread + c.impl.dv + o_round + (1 + ni.gamma_S) * o_up * ni.sum_pD + stag;
                 const Wide d_rel = d_num * ni.inv_one_minus_delta + ni.lse_factor * (o_up + bound);
                 const double det = storage_rounding(
                     round_up(rb.under.output(d_rel, c.abs_v_impl, o_up) * kBoundInflation), static_cast<double>(o_up));

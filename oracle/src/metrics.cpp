@@ -160,7 +160,7 @@ RowStatistic row_statistic(TensorView<const T> candidate, const Result<T>& oracl
         st.sum_squares += z * z;
         ++st.rows;
     }
-    const double t = std::log(1 / statistical_false_alarm);
+    const double t = std::log(2 / statistical_false_alarm);  // half the call's rate (the elements have the rest)
     const double n = static_cast<double>(st.rows);
     st.threshold = n + 2 * std::sqrt(n * t) + 2 * t;
     return st;

@@ -52,13 +52,14 @@ inline double gamma_stat(double n, double u, double lambda) {
     return std::min(rigorous, std::expm1((lambda * std::sqrt(n) * u + n * u * u / (1 - u)) * (1 + 0x1p-50)) * (1 + 0x1p-50));
 }
 
-// The lambda of section 10 for a row of n keys and dot products of length Dk: each element's bound uses the
-// tilde-gamma of at most n (Dk + 2) products of rounding factors (each logit's Dk terms, each key's terms of the sum
-// and of the weighted sum), so a failure probability of 2 exp(-lambda^2 (1 - u)^2 / 2) each, summed over them, is
-// statistical_false_alarm.
-inline double statistical_lambda(double n, double Dk, double u) {
-    const double chains = n * (Dk + 2);
-    return std::sqrt(2 * std::log(2 * chains / statistical_false_alarm)) / (1 - u) * (1 + 0x1p-50);
+// The lambda of section 10 for a row of n keys and dot products of length Dk in a call whose verdict compares
+// `elements` elements: each element's bound uses the tilde-gamma of at most n (Dk + 2) products of rounding factors
+// (each logit's Dk terms, each key's terms of the sum and of the weighted sum), so a failure probability of
+// 2 exp(-lambda^2 (1 - u)^2 / 2) each, summed over them and over the call's elements, is half of
+// statistical_false_alarm (the other half is the row statistic's).
+inline double statistical_lambda(double n, double Dk, double u, double elements) {
+    const double chains = n * (Dk + 2) * std::max(1.0, elements);
+    return std::sqrt(2 * std::log(2 * chains / (statistical_false_alarm / 2))) / (1 - u) * (1 + 0x1p-50);
 }
 
 // ---- section 5: error-free transformations in double, and storing an exact value ---------------------------------
@@ -202,6 +203,52 @@ inline double logit_bound(const LogitRounding& L, Wide perturbation, Wide abs_do
     return round_up(L.abs_scale * perturbation + L.gamma_logit * L.abs_scale * abs_dot +
                     (L.ops * (1 + L.abs_scale) + L.eta_mul * abs_sum) * (1 + L.gamma_under));
 }
+
+// Section 10, stagnation: an addition whose smaller operand `a` is below kStagnationOperand u |t| of its result `t`
+// rounds as a deterministic function of where `a` falls within the last few ulps of `t` (below half an ulp it is
+// lost entirely), so its error is not mean-independent. The statistical bound charges it at its worst, |a|, which
+// for a sum of n terms x_j in any order is at most (1 + gamma) sum_j |x_j| L_j over the terms that can lie in such an
+// operand, L_j the number of such additions on term j's path (BOUNDS.md section 10, "Stagnation").
+inline constexpr double kStagnationOperand = 64;
+
+struct StagnationRule {
+    Wide lim = 0;       // a term whose lower value is at or above it is never part of a stagnating operand
+    int e_total = 0;    // the exponent of total (ilogb), total >= sum_j |x_j|
+    int g = 1;          // floor(log2 G), G = (1 - gamma) / (c (1 + gamma)): the growth per stagnating addition
+    Wide cap = 0;       // n - 1: no path has more additions
+    Wide factor = 1;    // 1 + gamma, with the bound's own rounding (kBoundInflation)
+    bool all = false;   // gamma too large for the growth argument: every term charged n - 1 times
+
+    // total >= sum_j |x_j| (upper value), n terms, gamma >= the relative error of every computed partial sum
+    // (the sum's rigorous gamma), u the unit roundoff.
+    StagnationRule(Wide total, double n, double gamma, double u) {
+        cap = std::max(0.0, n - 1);
+        factor = (1 + static_cast<Wide>(gamma)) * kBoundInflation;
+        const Wide c = static_cast<Wide>(kStagnationOperand) * u;
+        if (!(gamma < 0.25) || !(total > 0) || !std::isfinite(static_cast<double>(total))) {
+            all = true;
+            return;
+        }
+        lim = c * (1 + gamma) * total / (1 - gamma) * (1 + 0x1p-50L);
+        const Wide G = (1 - gamma) / (c * (1 + gamma));
+        g = std::max(1, static_cast<int>(std::floor(std::log2(static_cast<double>(G)) * (1 - 0x1p-40))));
+        e_total = std::ilogb(total);
+    }
+    // One term's charge before `factor`: x_up >= |x_j| (the computed term included), x_lo <= the computed |x_j|.
+    // L_j <= 1 + log(total / |x_j|) / log G (each stagnating addition on the path multiplies the sum of |terms| of
+    // the operand holding j by at least G), and log2(total / x_lo) < e_total - ilogb(x_lo) + 1.
+    Wide charge(Wide x_up, Wide x_lo) const {
+        if (!(x_up > 0)) return 0;
+        if (all) return x_up * cap;
+        if (!(x_lo < lim)) return 0;
+        const double lo = static_cast<double>(x_lo);
+        if (!(lo >= std::numeric_limits<double>::min())) return x_up * cap;  // tiny: its x_up is negligible anyway
+        const auto bits = std::bit_cast<std::uint64_t>(lo);
+        const int e_lo = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
+        const Wide L = 1 + static_cast<Wide>((e_total - e_lo + 1) / g);
+        return x_up * std::min(L, cap);
+    }
+};
 
 // ---- section 2b: soft-capping (SdpaOptions::softcap) ----------------------------------------------------------------
 
@@ -510,6 +557,7 @@ struct OutputSums {
     A spread = 0;   // sum_j p_j B_j |v_jc - o_c|
     A dv = 0;       // sum_j (p_j + p_j B_j) e_vjc: section 9's perturbed values (0 for SDPA)
     A absterm = 0;  // sum_j (p_j + p_j B_j) (|v_jc| + e_vjc)
+    A stag = 0;     // section 10: the weighted sum's stagnating additions (StagnationRule), statistical bound only
 };
 
 // One normalisation of the computed exps: w-hat_j = w_j (1 + beta_j), |beta_j| <= B_j, with p_j B_j, their sum and
@@ -521,6 +569,7 @@ struct Normalisation {
     double gamma_S = 0, gamma_O = 0;
     Wide sum_pD = 0;        // split-KV: sum_j p_j ((1 + B_j)(1 + Phi_j) - 1) >= sum_j (p_j + p_j B_j) Phi_j
     double lse_common = 0;  // split-KV: lse's own error
+    Wide stag_S = 0;        // section 10: the sum's stagnating additions, per unit of W (statistical bound only)
     // 1 / (1 - Delta) and e^lse_common - 1, once per row (their rounding, 2^-64 relative, is within kBoundInflation)
     Wide inv_one_minus_delta = 1;
     double delta_up = 0, inv_one_minus_delta_up = 1;  // the same rounded up to double
@@ -550,7 +599,8 @@ struct Normalisation {
     R output_numerator(const OutputSums<A>& s, std::type_identity_t<R> o_round, std::type_identity_t<R> o_up) const {
         const R pB = static_cast<R>(sum_pB), pD = static_cast<R>(sum_pD);
         return static_cast<R>(s.spread) + static_cast<R>(s.dv) + o_round + gamma_O * static_cast<R>(s.absterm) +
-               gamma_S * o_up * (1 + pB) + (1 + gamma_S) * o_up * pD;
+               gamma_S * o_up * (1 + pB) + (1 + gamma_S) * o_up * pD + static_cast<R>(s.stag) +
+               static_cast<R>(stag_S) * o_up;
     }
     // (*): rel_c, +inf when the normalisation does not bound the row; split-KV's common lse error on top.
     template <class R = Wide, class A>
@@ -579,7 +629,7 @@ inline void finish(Normalisation& N, const RowRounding& P) {
     N.gamma_S = P.gamma_S;
     N.gamma_O = P.gamma_O;
     N.lse_common = P.lse_common;
-    N.delta = N.sum_pB + P.gamma_S * (1 + N.sum_pB) + (1 + P.gamma_S) * N.sum_pD;
+    N.delta = N.sum_pB + P.gamma_S * (1 + N.sum_pB) + (1 + P.gamma_S) * N.sum_pD + N.stag_S;
     N.bounded = N.delta < 0.5 && P.gamma_O < 0.5 && P.lse_common < 0.5;  // false for NaN too
     N.inv_one_minus_delta = N.bounded ? 1 / (1 - N.delta) : Wide(0);  // unused when not bounded
     N.delta_up = round_up(N.delta);

@@ -191,3 +191,36 @@ TEMPLATE_TEST_CASE("an unfused 16-bit softmax(q k^T * scale) v fails the default
     std::cout << "unfused 16-bit path: tightness " << plain.max_tightness << " under generic, " << fit.max_tightness
               << " with the logits and P in storage\n";
 }
+
+TEST_CASE("a logit stored in 16 bits before the scale has its subnormal rounding charged times the scale") {
+    // q k^T in float16's subnormal range, rounded to storage (one key's product to 0, the other's up to 2^-24), then
+    // multiplied by a large scale in float: the absolute rounding 2^-25 becomes 2^-25 |scale| in the logit (BOUNDS.md
+    // section 11). Before the bound charged the scale, this correct kernel was 82 (1024) and 817 (16384) times over it.
+    using H = float16;
+    Tensor<H> q({1, 1, 1}), k({1, 2, 1}), v({1, 2, 1});
+    q[0] = H(0x1p-12f);
+    k[0] = H(0x1p-13f * (1 - 0x1p-10f));
+    k[1] = H(0x1p-13f * (1 + 0x1p-10f));
+    v[0] = H(1.0f);
+    v[1] = H(-1.0f);
+    for (const double scale : {1024.0, 16384.0}) {
+        // The kernel: q k^T stored in float16, then scaled, softmax and P V in float, the output stored once.
+        float s[2], e[2];
+        for (Index j = 0; j < 2; ++j)
+            s[j] = static_cast<float>(H(static_cast<float>(q[0]) * static_cast<float>(k[j]))) * static_cast<float>(scale);
+        const float m = std::max(s[0], s[1]);
+        for (Index j = 0; j < 2; ++j) e[j] = std::exp(s[j] - m);
+        Tensor<H> candidate({1, 1, 1});
+        candidate[0] = H((e[0] * static_cast<float>(v[0]) + e[1] * static_cast<float>(v[1])) / (e[0] + e[1]));
+        SdpaOptions options;
+        options.scale = scale;
+        oracle::OracleOptions oo;
+        oo.model = oracle::reference_model();
+        oo.model.logit_storage_roundings = 1;
+        const auto verdict = oracle::compare_output<H>(
+            candidate.view(), oracle::scaled_dot_product_attention<H>(q, k, v, std::nullopt, options, oo));
+        INFO("scale " << scale << ": " << verdict.summary());
+        CHECK(verdict.pass());
+        CHECK(verdict.max_tightness > 0.05);  // the stored logits' rounding is the candidate's whole error
+    }
+}

@@ -36,8 +36,10 @@ float coarse(double x, double factor) {
 // after, expf, one pass for the max, then the sum of the exps and each weighted sum accumulated one key at a time
 // in a format `factor` times coarser than float (factor 1: float itself), and a division at the end. A kernel that
 // accumulates part of its sums in lower precision: its errors are `factor` times those rounding explains.
+// bias: (Tq, Tk), added to the scaled logits (none when empty).
 Tensor<float> weakened_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                                 Index Tq, Index Tk, Index Dk, Index Dv, double factor) {
+                                 Index Tq, Index Tk, Index Dk, Index Dv, double factor,
+                                 const std::vector<float>& bias = {}) {
     Tensor<float> out({1, Tq, Dv});
     const float scale = static_cast<float>(1 / std::sqrt(static_cast<double>(Dk)));
     std::vector<float> s(static_cast<std::size_t>(Tk)), e(static_cast<std::size_t>(Tk));
@@ -47,6 +49,7 @@ Tensor<float> weakened_attention(const std::vector<float>& q, const std::vector<
             float dot = 0;
             for (Index d = 0; d < Dk; ++d) dot = dot + q[static_cast<std::size_t>(i * Dk + d)] * k[static_cast<std::size_t>(j * Dk + d)];
             s[static_cast<std::size_t>(j)] = dot * scale;
+            if (!bias.empty()) s[static_cast<std::size_t>(j)] += bias[static_cast<std::size_t>(i * Tk + j)];
             m = std::max(m, s[static_cast<std::size_t>(j)]);
         }
         float l = 0;
@@ -129,13 +132,17 @@ TEST_CASE("kernels 4x, 10x and 30x less accurate than their rounding explains pa
 TEST_CASE("the statistical bound is never above the rigorous one, and below it on long rows") {
     const LongRows c;
     const oracle::Result<float> r = c.oracle(false);
-    Index above = 0, below = 0;
+    Index above = 0;
+    double worst_ratio = 0;
     for (Index e = 0; e < r.output_bound.numel(); ++e) {
         above += !(r.output_stat_bound[e] <= r.output_bound[e]);
-        below += r.output_stat_bound[e] < r.output_bound[e] / 4;
+        worst_ratio = std::max(worst_ratio, r.output_stat_bound[e] / r.output_bound[e]);
     }
     CHECK(above == 0);
-    CHECK(below == r.output_bound.numel());  // sqrt(1024) u lambda against 1024 u: below a quarter everywhere
+    // sqrt(1024) u lambda against 1024 u: lambda = sqrt(2 ln(4 n (Dk + 2) E / 1e-9)) = 9.5 for the call's
+    // E = 1024 (8 + 1024) elements (the rate is per call), so about 0.3 of the rigorous bound everywhere.
+    INFO("largest statistical / rigorous bound " << worst_ratio);
+    CHECK(worst_ratio < 0.4);
     for (Index e = 0; e < r.weights_bound.numel(); ++e) above += !(r.weights_stat_bound[e] <= r.weights_bound[e]);
     CHECK(above == 0);
 }
@@ -194,4 +201,43 @@ TEST_CASE("the statistical verdict on rows whose logit gaps overflow double: as 
     CHECK(r.output[0] == 1.5);
     for (Index e = 0; e < r.weights_bound.numel(); ++e) CHECK(r.weights_stat_bound[e] <= r.weights_bound[e]);
     CHECK(r.output_stat_bound[0] <= r.output_bound[0]);
+}
+
+TEST_CASE("a correct float kernel is not suspicious on an attention sink, whose other keys stagnate in its sums") {
+    // The BOS-sink pattern (q, k, v of order 1, a bias of +17 on key 0): every other key's exp is below half an ulp
+    // of the running sum after key 0, so a sequential float sum drops it, a deterministic one-signed error that the
+    // mean-independence model cannot explain (BOUNDS.md section 10, "Stagnation"). Before the stagnation charge, the
+    // library's reference backend was flagged here with Q = 3540 against a threshold of 178 (this loop likewise).
+    const Index Tq = 64, Tk = 4096, Dk = 64, Dv = 16;
+    Lcg rng{20261206};
+    std::vector<float> q(Tq * Dk), k(Tk * Dk), v(Tk * Dv), unit(Tk * Dv), bias(Tq * Tk, 0.0f);
+    for (float& x : q) x = static_cast<float>(rng.next(-1.7, 1.7));
+    for (float& x : k) x = static_cast<float>(rng.next(-1.7, 1.7));
+    for (float& x : v) x = static_cast<float>(rng.next(-1.7, 1.7));
+    for (float& x : unit) x = static_cast<float>(rng.next(1, 2));
+    for (Index i = 0; i < Tq; ++i) bias[static_cast<std::size_t>(i * Tk)] = 17.0f;
+    Tensor<float> bias_tensor({Tq, Tk});
+    std::copy(bias.begin(), bias.end(), bias_tensor.data());
+    SdpaOptions options;
+    options.bias = FloatView(bias_tensor);
+    for (const std::vector<float>* values : {&v, &unit}) {
+        const Tensor<float> out = weakened_attention(q, k, *values, Tq, Tk, Dk, Dv, 1, bias);
+        for (const bool generic : {false, true}) {
+            oracle::OracleOptions oo;
+            oo.model = generic ? oracle::generic_model() : oracle::reference_model();
+            oo.model.sequential_sums = !generic;
+            oo.statistical = true;
+            const auto r = oracle::scaled_dot_product_attention<float>(
+                TensorView<const float>(q.data(), {1, Tq, Dk}), TensorView<const float>(k.data(), {1, Tk, Dk}),
+                TensorView<const float>(values->data(), {1, Tk, Dv}), std::nullopt, options, oo);
+            const oracle::CheckVerdict verdict = oracle::check_candidate<float>(out.view(), r);
+            INFO((values == &v ? "values in [-1.7, 1.7]" : "values in [1, 2)")
+                 << (generic ? ", generic: " : ", reference, sequential sums: ") << verdict.output.summary()
+                 << "; row statistic " << verdict.statistical_rows->sum_squares << " of "
+                 << verdict.statistical_rows->threshold << "; statistical " << verdict.statistical_output->summary());
+            CHECK(verdict.pass());
+            CHECK_FALSE(verdict.suspicious());
+            CHECK(verdict.statistical_rows->rows == Tq);  // the rows take part: the charge, not an exclusion, holds
+        }
+    }
 }

@@ -147,6 +147,54 @@ Case make_case(Rng& rng, bool adversarial, std::vector<T>& q, std::vector<T>& k,
     return c;
 }
 
+// A case of the stagnation classes (SweepOptions::classes): q and k N(0, 1) (or small integers, or rounded to
+// bfloat16), v N(0, 1) or in [1, 2); a sink of 10-20 nats on key 0 or one dominant key per row, as a (B, Tq, Tk)
+// bias; no mask, or causal in either alignment (key 0 stays visible to every row under both).
+template <class T>
+Case make_stagnation_case(Rng& rng, std::vector<T>& q, std::vector<T>& k, std::vector<T>& v, std::vector<T>& bias) {
+    Case c;
+    static constexpr Index lengths[] = {64, 256, 1024, 4096, 16384};
+    static constexpr Index depths[] = {16, 32, 64, 128};
+    c.Tq = pick(rng, 1, 4), c.Tk = lengths[pick(rng, 0, 4)], c.Dk = depths[pick(rng, 0, 3)], c.Dv = pick(rng, 1, 4);
+    if (c.Tk == 16384) c.Tq = 1;  // the oracle's cost grows with Tq Tk (Dk + Dv)
+    const Index kind = pick(rng, 0, 4);  // sink, one-hot, [1, 2), bfloat16, integers
+    static const char* names[] = {"sink", "one-hot", "v-1..2", "bf16", "integers"};
+    std::normal_distribution<double> normal(0.0, 1.0);
+    const auto draw = [&](std::vector<T>& x, std::size_t size, bool unit) {
+        x.resize(size);
+        for (T& e : x) {
+            if (kind == 4) e = static_cast<T>(pick(rng, -3, 3));
+            else if (unit) e = static_cast<T>(uniform(rng, 1, 2));
+            else if (kind == 3) e = static_cast<T>(static_cast<float>(bfloat16(static_cast<float>(normal(rng)))));
+            else e = static_cast<T>(normal(rng));
+        }
+    };
+    draw(q, static_cast<std::size_t>(c.Tq * c.Dk), false);
+    draw(k, static_cast<std::size_t>(c.Tk * c.Dk), false);
+    draw(v, static_cast<std::size_t>(c.Tk * c.Dv), kind == 2);
+    // The sink: always for sink and one-hot rows, three times in four for the others.
+    const bool sink = kind <= 1 || pick(rng, 0, 3) > 0;
+    const double height = uniform(rng, 10, 20);
+    bias.assign(static_cast<std::size_t>(c.Tq * c.Tk), T(0));
+    if (sink)
+        for (Index i = 0; i < c.Tq; ++i) {
+            const Index j = kind == 1 ? pick(rng, 0, std::min(i, c.Tk - 1)) : 0;  // visible under either causal rule
+            bias[static_cast<std::size_t>(i * c.Tk + j)] = static_cast<T>(height);
+        }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%s%.3g", names[kind], sink ? "-sink" : "-nosink", sink ? height : 0.0);
+    c.values = buf;
+    const Index mask_kind = pick(rng, 0, 2);
+    c.masking = "none";
+    if (mask_kind > 0) {
+        c.options.is_causal = true;
+        c.options.alignment = mask_kind == 1 ? CausalAlignment::TopLeft : CausalAlignment::BottomRight;
+        c.masking = mask_kind == 1 ? "causal-tl" : "causal-br";
+    }
+    c.options.return_weights = true;
+    return c;
+}
+
 double median(std::vector<double> x) {
     if (x.empty()) return 0;
     std::sort(x.begin(), x.end());
@@ -197,11 +245,23 @@ SweepStats oracle_sweep(const SweepOptions& so) {
     st.dtype = std::is_same_v<T, float> ? "float" : "double";
     Rng rng(so.seed + (std::is_same_v<T, float> ? 0 : 1));
     std::vector<double> tight_out, tight_w;
-    std::vector<T> q, k, v;
+    std::vector<T> q, k, v, bias_values;
     std::vector<char> allowed_chars;
+    if (so.classes != "adversarial" && so.classes != "stagnation")
+        throw ConfigError("oracle_sweep: classes must be adversarial or stagnation, got '" + so.classes + "'");
+    const bool stagnation = so.classes == "stagnation";
+    if (stagnation && !impl.bias_unsupported.empty())
+        throw ConfigError("oracle_sweep: the stagnation classes put their sinks in a bias, and " + impl.bias_unsupported);
     for (Index n = 0; n < so.cases; ++n) {
         bool has_mask = false;
-        Case c = make_case<T>(rng, so.adversarial, q, k, v, allowed_chars, has_mask);
+        Case c = stagnation ? make_stagnation_case<T>(rng, q, k, v, bias_values)
+                            : make_case<T>(rng, so.adversarial, q, k, v, allowed_chars, has_mask);
+        Tensor<T> bias_tensor;
+        if (stagnation) {
+            bias_tensor = Tensor<T>({c.B, c.Tq, c.Tk});
+            std::copy(bias_values.begin(), bias_values.end(), bias_tensor.data());
+            c.options.bias = FloatView(bias_tensor);
+        }
         suite::CaseConfig config;
         config.B = c.B, config.H = 1, config.kv_heads = 1, config.Tq = c.Tq, config.Tk = c.Tk, config.Dk = c.Dk,
         config.Dv = c.Dv;
@@ -211,6 +271,7 @@ SweepStats oracle_sweep(const SweepOptions& so) {
         config.values = c.values;
         config.empty_rows = c.options.empty_rows;
         config.impl = impl.name;
+        if (stagnation) config.bias = "matrix";  // a (B, Tq, Tk) bias: the sink or the dominant keys
         const std::string cfg = config.to_config();
         const TensorView<const T> qv(q.data(), {c.B, c.Tq, c.Dk}), kv(k.data(), {c.B, c.Tk, c.Dk}),
             vv(v.data(), {c.B, c.Tk, c.Dv});
@@ -228,7 +289,7 @@ SweepStats oracle_sweep(const SweepOptions& so) {
             continue;
         }
         OracleOptions oo;
-        oo.model = impl.error_model;
+        oo.model = so.generic_model ? generic_model() : impl.error_model;
         oo.statistical = so.statistical;
         const Result<T> exact = scaled_dot_product_attention<T>(qv, kv, vv, am, c.options, oo);
         st.rows_redone_in_mpfr += exact.rows_redone_in_mpfr;

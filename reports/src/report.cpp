@@ -208,8 +208,8 @@ Section summary_section(const ReportOptions& options, const std::vector<Row>& ro
                                   " elements above their bound, " + std::to_string(suspicious) +
                                   " rows statistically suspicious, or an implementation error); see Failures.");
     s.paragraph("Every row also gets the statistical verdict (oracle/BOUNDS.md section 10): the bound under "
-                "independent rounding errors, which a correct kernel exceeds with probability at most 1e-9 per "
-                "element, and a chi-square test over the rows. A library kernel flagged *suspicious* fails its row: "
+                "independent rounding errors (additions that stagnate charged at their worst), and a chi-square test "
+                "over the rows; a correct kernel is flagged with probability at most 1e-9 per call. A library kernel flagged *suspicious* fails its row: "
                 "the statistical model would be wrong.");
     Table t;
     t.header = {"implementation", "dtype", "rows", "max ULP", "max p99 ULP", "max rel. error", "median tightness",

@@ -77,3 +77,29 @@ TEST_CASE("an infinite bound counts as explained only where the row's logits are
     CHECK(any_inf);
     CHECK_FALSE(report::has_unexplained_unbounded_row<float>(q2v, k2v, {}, r2));
 }
+
+TEMPLATE_TEST_CASE("no correct implementation is called suspicious on data whose running sums stagnate",
+                   "[oracle][sweep][statistical]", float, double) {
+    // Attention sinks, one-hot-ish rows, values in [1, 2), bfloat16 and small-integer data, Tk up to 16384 (oracle/
+    // BOUNDS.md section 10, "Stagnation"), under each implementation's own model and under generic; `attn
+    // oracle-sweep --classes stagnation` runs the long version.
+    using T = TestType;
+    for (const suite::Implementation* impl : suite::correct_implementations()) {
+        if (!impl->bias_unsupported.empty()) continue;  // the sinks are a bias
+        for (const bool generic : {false, true}) {
+            report::SweepOptions options;
+            options.impl = impl->name;
+            options.classes = "stagnation";
+            options.generic_model = generic;
+            options.cases = 25;
+            const report::SweepStats st = report::oracle_sweep<T>(options);
+            std::cout << impl->name << (generic ? " (generic)" : "") << " stagnation sweep " << st.summary() << "\n";
+            INFO(impl->name << (generic ? " under generic: " : ": ") << st.summary());
+            INFO(st.first_violation);
+            CHECK(st.violations == 0);
+            CHECK(st.cases >= 20);
+            INFO(st.first_suspicious);
+            CHECK(st.suspicious == 0);
+        }
+    }
+}

@@ -251,7 +251,8 @@ TEST_CASE("attn check exits with 3 when the output is within its rigorous bound 
     oo.statistical = true;
     const oracle::Result<float> r = oracle::scaled_dot_product_attention<float>(q.view(), k.view(), v.view(), std::nullopt, {}, oo);
     const Index flat = 3;  // row 1, column 1
-    REQUIRE(r.output_stat_bound[flat] < r.output_bound[flat] / 4);
+    // lambda sqrt(1024) u against 1024 u, lambda = 9.3 at this call's 2052 elements: about 0.28 of the rigorous bound.
+    REQUIRE(r.output_stat_bound[flat] < r.output_bound[flat] / 3);
     const long double limit = r.output_exact[flat] + r.output_exact_lo[flat] + r.output_stat_bound[flat];
     Tensor<float> moved = r.output;
     float x = static_cast<float>(limit);
@@ -268,7 +269,7 @@ TEST_CASE("attn check exits with 3 when the output is within its rigorous bound 
     CHECK(report["pass"] == true);
     CHECK(report["statistical"]["suspicious"] == true);
     CHECK(report["statistical"]["output"]["over_bound"] == 1);
-    CHECK(report["statistical"]["false_alarm_per_element"] == oracle::statistical_false_alarm);
+    CHECK(report["statistical"]["false_alarm_per_call"] == oracle::statistical_false_alarm);
 
     // The oracle's own output is not suspicious.
     npy::write_file<float>(scratch / "exact.npy", r.output.view());

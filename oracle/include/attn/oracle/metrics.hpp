@@ -40,9 +40,9 @@ struct Comparison {
 // The row statistic of the statistical verdict (oracle/BOUNDS.md section 10): Q = sum over the rows that take part
 // of (max(0, |error| - det) / sigma)^2 for each row's designated element (Result::row_stat_det, row_stat_sigma).
 // Under the model it is dominated by a chi-square with `rows` degrees of freedom, so Q > threshold = rows +
-// 2 sqrt(rows t) + 2 t, t = ln(1 / statistical_false_alarm), happens with probability at most statistical_false_alarm
-// per case. Its power: errors 4x what rounding explains reach Q / rows near 16/9 on long sequential sums, which the
-// threshold per row, 1.32 at 1024 rows, lets through only below ~700 rows.
+// 2 sqrt(rows t) + 2 t, t = ln(2 / statistical_false_alarm), happens with probability at most half of
+// statistical_false_alarm per call. Its power: errors 4x what rounding explains reach Q / rows near 16/9 on long
+// sequential sums, which the threshold per row, 1.33 at 1024 rows, lets through only below ~700 rows.
 struct RowStatistic {
     Index rows = 0;          // rows that take part
     double sum_squares = 0;  // Q
@@ -74,7 +74,7 @@ struct CheckVerdict {
     bool pass() const { return output.pass() && (!weights || weights->pass()); }
     // The statistical verdict beside it, when the oracle computed its statistical bound: the same comparisons
     // against that bound. Suspicious when an element is over it: a kernel whose rounding errors are mean-independent
-    // does that with probability at most statistical_false_alarm per element. The rigorous verdict is unchanged.
+    // is called suspicious with probability at most statistical_false_alarm per call. The rigorous verdict is unchanged.
     std::optional<Comparison> statistical_output, statistical_weights;
     std::optional<RowStatistic> statistical_rows;
     bool suspicious() const {

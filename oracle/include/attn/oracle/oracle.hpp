@@ -106,8 +106,10 @@ struct OracleOptions {
     bool statistical = false;
 };
 
-// The statistical bound's false-alarm rate: the probability that a kernel whose rounding errors are mean-independent
-// and at most u puts a given element over its statistical bound (oracle/BOUNDS.md section 10).
+// The statistical verdict's false-alarm rate per CALL (one oracle result, one `attn check`, one property case): the
+// probability that a kernel whose rounding errors follow the model (oracle/BOUNDS.md section 10) is called suspicious.
+// Half of it is spread over every element of the call (output and weights) by the union bound, half goes to the row
+// statistic.
 inline constexpr double statistical_false_alarm = 1e-9;
 
 // The oracle's answer for a target dtype T (float, double, or a 16-bit storage type: attn/half.hpp; then the bounds

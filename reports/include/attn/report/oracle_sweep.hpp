@@ -24,6 +24,14 @@ struct SweepOptions {
     // Also give every case the statistical verdict (oracle/BOUNDS.md section 10); a correct implementation must never
     // be suspicious.
     bool statistical = true;
+    // The cases' classes: "adversarial" (or "random" with adversarial = false, above), or "stagnation": the data on
+    // which a running sum drops or truncates terms below its last bits, deterministically and with one sign
+    // (oracle/BOUNDS.md section 10, "Stagnation"): attention sinks (one key 10-20 nats above the rest, by a bias,
+    // with and without causal masks), one-hot-ish rows (a different dominant key per row), values in [1, 2),
+    // bfloat16-representable and small-integer data, Tk up to 16384.
+    std::string classes = "adversarial";
+    // Judge every case under the generic model instead of the implementation's own.
+    bool generic_model = false;
 };
 
 struct SweepStats {
