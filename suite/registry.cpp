@@ -18,6 +18,7 @@ namespace kernels {
 Implementation fa2_style();  // kernels/fa2_style.cpp
 Implementation fa2_lazy();
 Implementation flash_decoding();  // kernels/flash_decoding.cpp
+Implementation fa2_bf16_backward();  // kernels/fa2_bf16_backward.cpp
 }  // namespace kernels
 
 namespace {
@@ -154,7 +155,8 @@ std::vector<Implementation> build() {
     mha.head_backward_bfloat16 = head_backward;
     all.push_back(std::move(mha));
     // Correct kernels in arithmetic the library's backends do not use, each under the error model that claims it.
-    for (Implementation k : {kernels::fa2_style(), kernels::fa2_lazy(), kernels::flash_decoding()}) {
+    for (Implementation k : {kernels::fa2_style(), kernels::fa2_lazy(), kernels::flash_decoding(),
+                              kernels::fa2_bf16_backward()}) {
         k.returns_weights = false;
         k.bias_unsupported = k.name + " adds no bias to its logits (SdpaOptions::bias, alibi_slopes)";
         all.push_back(std::move(k));

@@ -118,7 +118,8 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
         ->check(CLI::Range(0, 2));
     cmd->add_flag("--probabilities-in-storage", args.probabilities_in_storage,
                   "16-bit kernels: the exps or the weights are rounded to the storage type before the P V product "
-                  "(FlashAttention's forward; a 16-bit softmax followed by a 16-bit matmul)");
+                  "(FlashAttention's forward; a 16-bit softmax followed by a 16-bit matmul); with --dout, the "
+                  "backward's P and dS too, before their products (FlashAttention-2's backward)");
     cmd->add_flag("--sequential-sums", args.sequential_sums,
                   "The kernel's sum of exps and weighted sums add one key's term at a time, in key order (a plain "
                   "loop): the statistical verdict's row statistic then uses the exact partial sums");

@@ -10,6 +10,7 @@
 
 #include "attn/oracle/oracle.hpp"
 #include "backward_engine.hpp"
+#include "storage_units.hpp"
 
 namespace attn::oracle::detail {
 
@@ -116,6 +117,13 @@ long double gamma(Index k, double u) {
 
 namespace {
 
+// Section 12, steps 0 and 4: a weight or a dS rounded to the storage type, |fl_S(y) - x| <= e + u_S (|x| + e) +
+// tau_S / 2 for y within e of x (round to nearest, gradual underflow in the storage type).
+long double to_storage(const BoundInputs& in, long double x_abs, long double e) {
+    if (!in.in_storage) return e;
+    return e + static_cast<long double>(in.u_storage) * (x_abs + e) + static_cast<long double>(in.half_denorm_storage);
+}
+
 // Section 12b: a bound on |lse_hat - lse| of row i for a forward of the model's structure (section 3), lse_hat =
 // fl(m_hat + fl(log l_hat)): the logits' errors (A, the largest), the sum's per-key factors theta_j weighted by the
 // computed weights, the log's error and the final addition's. Infinite where it cannot be bounded.
@@ -141,7 +149,8 @@ long double lse_error(const ExactHead& h, const RowWeights& w, Index i, const Bo
     const Wide g_k = gamma(in.shift_roundings, u);
     const Wide offset = (in.rounded_max_shift ? u * (max_abs_s + A) : 0) + 2 * g_k * in.stale_max;
     const Wide exp_factor = std::pow(1 + 2 * in.exp_ulps * static_cast<Wide>(u), static_cast<Wide>(1 + R));
-    const Wide sums = 1 + gamma(n + R, u);
+    // Weights rounded to storage may be what the sum adds (section 12b, charged whether or not it does).
+    const Wide sums = (1 + gamma(n + R, u)) * (in.in_storage ? 1 + static_cast<Wide>(in.u_storage) : 1);
     Wide Theta = 0;
     for (Index j = 0; j < h.Tk; ++j) {
         if (!h.allowed[i * h.Tk + j]) continue;
@@ -151,6 +160,7 @@ long double lse_error(const ExactHead& h, const RowWeights& w, Index i, const Bo
     }
     // Underflow: every exp, rescaling, product and addition off by at most min_normal, against l* >= 1.
     Theta += 2 * static_cast<Wide>(n + R + 1) * in.min_normal;
+    if (in.in_storage) Theta += static_cast<Wide>(n) * in.half_denorm_storage;  // each stored weight's absolute part
     if (!(Theta < 1)) return inf;
     const Wide e_L = -std::log1p(-Theta);                   // |log l_hat - log l*|, l* = sum exp(s_hat - m_hat)
     const Wide log_abs = std::log(static_cast<Wide>(n)) + e_L;  // >= |log l_hat|: l* in [1, n]
@@ -209,12 +219,20 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
         // Section 12b: a weight recomputed as Exp(fl(s_hat - lse_hat)) errs by P (e^{e_x} - 1) from its exponent's error
         // e_x (the forward's logit error, the lse's, the subtraction's rounding), by exp_ulps ulps of the result, and
         // below the normal range by min_normal; else the forward's weights bound (section 12, step 0).
+        // With probabilities_in_storage, the weight as the products see it: rounded to the storage type.
         const auto weight_error = [&](Index j) -> Wide {
-            if (!bound->weights_from_lse) return bound->weights_bound[i * h.Tk + j];
-            const Wide P = w.p[j].convert_to<Wide>(), e_s = bound->logits_bound[i * h.Tk + j];
+            const Wide P = w.p[j].convert_to<Wide>();
+            if (!bound->weights_from_lse) return to_storage(*bound, P, bound->weights_bound[i * h.Tk + j]);
+            const Wide e_s = bound->logits_bound[i * h.Tk + j];
             const Wide x = up(abs(w.s[j] - w.lse).convert_to<Wide>());
-            const Wide e_x = e_s + e_lse + gamma(bound->shift_roundings, bound->u) * (x + e_s + e_lse);
-            return P * std::expm1(e_x) + bound->exp_ulps * 2 * u * P * std::exp(e_x) + bound->min_normal;
+            // The lse scaled and rounded on its own (FlashAttention-2's exp2(fma(s, c, -fl(lse log2 e))), as the
+            // rounded-max shift in the forward): u |lse_hat| more in the natural exponent; the subtraction's
+            // underflow under flush-to-zero (eta_add).
+            const Wide lse_shift = bound->rounded_max_shift ? u * (up(abs(w.lse).convert_to<Wide>()) + e_lse) : 0;
+            const Wide e_in = e_s + e_lse + lse_shift;
+            const Wide e_x = e_in + gamma(bound->shift_roundings, bound->u) * (x + e_in) + bound->eta_add;
+            return to_storage(*bound, P,
+                              P * std::expm1(e_x) + bound->exp_ulps * 2 * u * P * std::exp(e_x) + bound->min_normal);
         };
         Index n = 0;
         std::vector<Mp> dPs(static_cast<std::size_t>(h.Tk));  // dP_ij of the allowed keys
@@ -247,7 +265,7 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
                 const Wide M = up(abs(h.mult[i * h.Tk + j]).convert_to<Wide>()), P = w.p[j].convert_to<Wide>();
                 const Wide eP = weight_error(j), dP1 = M != 0 ? dP_abs / M : 0;
                 e_dP[js] = M * e_dP[js] + u * M * (dP1 + e_dP[js]) + bound->eta_mul;
-                e_Pv[js] = M * eP + u * M * (P + eP) + bound->eta_mul;
+                e_Pv[js] = to_storage(*bound, M * P, M * eP + u * M * (P + eP) + bound->eta_mul);
                 if (M == 0) e_dP[js] = e_Pv[js] = 0;  // dropped: exactly 0
             }
             const Wide P = w.p[j].convert_to<Wide>(), eP = e_P[js] = weight_error(j);
@@ -265,7 +283,8 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
             if (!h.allowed[i * h.Tk + j]) continue;
             const auto js = static_cast<std::size_t>(j);
             const Wide x = abs(dPs[js] - D).convert_to<Wide>();  // dP from the first pass
-            const Wide e_x = e_dP[js] + e_D + u * (x + e_dP[js] + e_D);
+            // Under flush-to-zero the subtraction may lose a result below the normal range (eta_add).
+            const Wide e_x = e_dP[js] + e_D + u * (x + e_dP[js] + e_D) + bound->eta_add;
             const Wide P = w.p[j].convert_to<Wide>(), eP = e_P[js];
             const Wide Pv = h.mult.empty() ? P : up(abs(pv[j]).convert_to<Wide>());  // dv's weight
             const Wide ePv = h.mult.empty() ? eP : e_Pv[js];
@@ -283,6 +302,7 @@ ExactGradients exact_gradients(const ExactHead& h, const BoundInputs* bound) {
                 e_dS = e_dS * (g + e_g) + dS * e_g + u * (dS + e_dS) * (g + e_g) + bound->eta_mul;
                 dS *= g;
             }
+            e_dS = to_storage(*bound, dS, e_dS);  // dS rounded to storage before dq and dk's products
             for (Index d = 0; d < h.Dk; ++d) {
                 const Wide kd = abs(h.k[j * h.Dk + d]).convert_to<Wide>(), qd = abs(h.q[i * h.Dk + d]).convert_to<Wide>();
                 row1[static_cast<std::size_t>(d)] += e_dS * kd;
@@ -422,6 +442,9 @@ Gradients<T> sdpa_backward(TensorView<const T> q, TensorView<const T> k, TensorV
     in.rounded_max_shift = model.rounded_max_shift;
     in.split_kv = model.split_kv;
     in.min_normal = static_cast<long double>(std::numeric_limits<C>::min());
+    in.in_storage = model.probabilities_in_storage;
+    in.u_storage = detail::StorageUnits<T>::u;
+    in.half_denorm_storage = detail::StorageUnits<T>::half_denorm;
     if (model.gradual_underflow) {
         in.eta_mul = std::is_same_v<C, float> ? 0x1p-150L : 0x1p-1075L;
         in.eta_add = 0;

@@ -48,6 +48,10 @@ struct BoundInputs {
     Index shift_roundings = 1, rescalings = 0;
     bool rounded_max_shift = false, split_kv = false;
     long double min_normal = 0;
+    // ErrorModel::probabilities_in_storage in the backward: each weight and each dS rounded to the storage type
+    // (unit roundoff u_storage, half its smallest subnormal half_denorm_storage) before the products it enters.
+    bool in_storage = false;
+    double u_storage = 0, half_denorm_storage = 0;
 };
 
 struct ExactGradients {

@@ -56,8 +56,8 @@ private:
     static constexpr double u_ = std::numeric_limits<C>::epsilon() / 2;  // unit roundoff of the computation
     // The storage type's unit roundoff and half its smallest subnormal: the roundings to it inside the computation
     // that the model names (ErrorModel::logit_storage_roundings, probabilities_in_storage; section 11).
-    static constexpr double u_storage_ = static_cast<double>(static_cast<C>(std::numeric_limits<T>::epsilon())) / 2;
-    static constexpr double tau_storage_ = static_cast<double>(static_cast<C>(std::numeric_limits<T>::denorm_min())) / 2;
+    static constexpr double u_storage_ = StorageUnits<T>::u;
+    static constexpr double tau_storage_ = StorageUnits<T>::half_denorm;
     // a_j with the logit rounded to storage k times (section 11): + gamma_k (|s_j| + a_j) + k tau max(1, |scale_hat|)
     // (1 + gamma_k): a rounding of q k^T before the scale has its absolute (subnormal) part multiplied by the scale.
     double storage_logit(double a, double abs_s) const {
@@ -919,12 +919,17 @@ private:
                 // Stagnating additions (StagnationRule) are deterministic: charged in full, in both sums.
                 const Wide stag = weighted_stagnation(ni, sm, rb.impl.gamma_O, c.impl.absterm, n, col, row_at) +
                                   rb.stag_S_rigorous * o_up;
-                const Wide d_num = c.impl.spread + c.impl.dv + o_round + (1 + ni.gamma_S) * o_up * ni.sum_pD + stag;
+                const Wide t_O = (1 + static_cast<Wide>(ni.gamma_O)) * c.impl.absterm;
+                const Wide t_S = (1 + static_cast<Wide>(ni.gamma_S)) * o_up * (1 + ni.sum_pB);
+                // The weights rounded to storage (probabilities_in_storage): one rounding of each term of both sums,
+                // charged in full (as the per-element statistical bound does): a row of equal weights rounds them
+                // all alike, which no martingale describes.
+                const Wide storage = model_.probabilities_in_storage ? u_storage_ * (t_O + t_S) : Wide(0);
+                const Wide d_num =
+                    c.impl.spread + c.impl.dv + o_round + (1 + ni.gamma_S) * o_up * ni.sum_pD + stag + storage;
                 const Wide d_rel = d_num * ni.inv_one_minus_delta + ni.lse_factor * (o_up + bound);
                 const double det = storage_rounding(
                     round_up(rb.under.output(d_rel, c.abs_v_impl, o_up) * kBoundInflation), static_cast<double>(o_up));
-                const Wide t_O = (1 + static_cast<Wide>(ni.gamma_O)) * c.impl.absterm;
-                const Wide t_S = (1 + static_cast<Wide>(ni.gamma_S)) * o_up * (1 + ni.sum_pB);
                 const Wide var = model_.sequential_sums ? sequential_variance(keys, col, rb, ni, t_O, t_S / o_up, o_up)
                                                         : rb.m_O * t_O * t_O + rb.m_S * t_S * t_S;
                 const double sigma = round_up(u_ * std::sqrt(var) * ni.inv_one_minus_delta * kBoundInflation);

@@ -15,6 +15,7 @@
 
 #include "attn/oracle/oracle.hpp"
 #include "dd.hpp"
+#include "storage_units.hpp"
 #include "simd.hpp"
 
 namespace attn::oracle::detail {

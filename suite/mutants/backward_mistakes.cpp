@@ -24,29 +24,6 @@ enum class Mistake {
     DkDvSwapped,         // dk and dv returned in each other's place (Dk = Dv)
 };
 
-// The per-batch gradients (batch, rows, cols) of one input summed into its own shape (stride 0 on broadcast dims),
-// in increasing batch order; with `assign`, each batch element overwrites instead (GqaNotSummed).
-template <class T>
-Tensor<T> into_shape(const std::vector<T>& parts, const Shape& shape, const Shape& batch_shape, Index rows, Index cols,
-                     bool assign) {
-    Tensor<T> out(shape);
-    Shape full = batch_shape;
-    full.push_back(rows);
-    full.push_back(cols);
-    const TensorView<const T> target = TensorView<const T>(out.data(), shape).broadcast_to(full, "mutant", "gradient");
-    const std::vector<Index> offsets =
-        attn::detail::batch_offsets(target, static_cast<Index>(batch_shape.size()), batch_shape);
-    const Index batch = numel(batch_shape);
-    for (Index b = 0; b < batch && out.numel() > 0; ++b)
-        for (Index i = 0; i < rows; ++i)
-            for (Index c = 0; c < cols; ++c) {
-                T& dst = out.data()[offsets[static_cast<std::size_t>(b)] + i * target.stride(-2) + c * target.stride(-1)];
-                const T x = parts[static_cast<std::size_t>((b * rows + i) * cols + c)];
-                dst = assign ? x : dst + x;
-            }
-    return out;
-}
-
 template <class T>
 SdpaGradients<T> backward(const std::string& name, Mistake mistake, TensorView<const T> q, TensorView<const T> k,
                           TensorView<const T> v, TensorView<const T> dout, std::optional<TensorView<const bool>> m,

@@ -155,6 +155,29 @@ SdpaResult<T> run(const std::string& name, TensorView<const T> q, TensorView<con
     return r;
 }
 
+// The per-batch gradients (batch, rows, cols) of one input summed into its own shape (stride 0 on broadcast dims),
+// in increasing batch order; with `assign`, each batch element overwrites instead (GqaNotSummed).
+template <class T>
+Tensor<T> into_shape(const std::vector<T>& parts, const Shape& shape, const Shape& batch_shape, Index rows, Index cols,
+                     bool assign) {
+    Tensor<T> out(shape);
+    Shape full = batch_shape;
+    full.push_back(rows);
+    full.push_back(cols);
+    const TensorView<const T> target = TensorView<const T>(out.data(), shape).broadcast_to(full, "mutant", "gradient");
+    const std::vector<Index> offsets =
+        attn::detail::batch_offsets(target, static_cast<Index>(batch_shape.size()), batch_shape);
+    const Index batch = numel(batch_shape);
+    for (Index b = 0; b < batch && out.numel() > 0; ++b)
+        for (Index i = 0; i < rows; ++i)
+            for (Index c = 0; c < cols; ++c) {
+                T& dst = out.data()[offsets[static_cast<std::size_t>(b)] + i * target.stride(-2) + c * target.stride(-1)];
+                const T x = parts[static_cast<std::size_t>((b * rows + i) * cols + c)];
+                dst = assign ? x : dst + x;
+            }
+    return out;
+}
+
 // An Implementation entry for a mutant: both dtypes run `make_steps<T>()` through the driver. Mutants declare
 // the conservative generic error model: they must be caught by their wrong math, not by a tight bound.
 template <template <class> class MakeSteps>

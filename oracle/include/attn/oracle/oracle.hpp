@@ -65,7 +65,9 @@ struct ErrorModel {
     // type; 1: the q k^T product is stored; 2: it is then scaled in storage too, as an unfused 16-bit matmul followed
     // by a 16-bit multiplication does). probabilities_in_storage: the exps, or the normalised weights, are rounded to
     // the storage type before the P V product (FlashAttention's forward; a 16-bit softmax followed by a 16-bit
-    // matmul). For float and double targets the storage type is the target itself, and these count roundings more.
+    // matmul); in the backward, each recomputed weight and each dS_ij are rounded to it before the products they
+    // enter (FlashAttention-2's backward: dv = P^T dO, dq = dS K, dk = dS^T Q with 16-bit operands; section 12).
+    // For float and double targets the storage type is the target itself, and these count roundings more.
     Index logit_storage_roundings = 0;
     bool probabilities_in_storage = false;
     // The backward pass (oracle::sdpa_backward, BOUNDS.md section 12). backward_weights_from_lse: each weight is

@@ -73,7 +73,9 @@ struct Implementation {
     BackwardFunction<double> backward_double;
     BackwardFunction<float16> backward_float16;
     BackwardFunction<bfloat16> backward_bfloat16;
-    bool has_backward() const { return bool(backward_float) || bool(backward_double); }
+    bool has_backward() const {
+        return bool(backward_float) || bool(backward_double) || bool(backward_float16) || bool(backward_bfloat16);
+    }
     template <class T>
     SdpaGradients<T> backward(TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,
                               TensorView<const T> dout, std::optional<TensorView<const bool>> allowed_mask,
