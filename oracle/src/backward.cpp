@@ -402,8 +402,7 @@ void sum_and_round(const std::vector<detail::ExactGradients>& per_batch, std::ve
         Wide e = bound_sum[x] + (terms[x] > 1 ? detail::gamma(terms[x] - 1, u) * magnitude_sum[x] : 0);
         if constexpr (is_half_v<T>) {
             // One rounding to the storage type at the end: half its ulp, relative, and half its smallest subnormal.
-            constexpr Wide u_s = std::is_same_v<T, float16> ? 0x1p-11L : 0x1p-8L;
-            constexpr Wide eta_s = std::is_same_v<T, float16> ? 0x1p-25L : 0x1p-134L;
+            constexpr Wide u_s = detail::StorageUnits<T>::u, eta_s = detail::StorageUnits<T>::half_denorm;
             e += u_s * (std::abs(exact.data()[x]) + e) + eta_s;
         }
         e *= 1 + 1e-6L;  // section 7's margin for the bound's own roundings
