@@ -27,7 +27,7 @@
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
 #include "attn/sdpa.hpp"
-#include "options.hpp"
+#include "attn/options.hpp"
 #include "protocol.hpp"
 
 namespace py = pybind11;
@@ -68,23 +68,97 @@ std::optional<attn::TensorView<const bool>> mask_of(const std::optional<py::arra
     return view_of<bool>(*m, function, "mask");
 }
 
+// The options of a call, from the Python keywords (the option table's python names, attn/options.hpp); what a
+// call does not name keeps AttentionOptions' default. The bias and the slopes are views of the arrays held here.
 struct Problem {
-    std::optional<double> scale;
-    std::string causal, empty_rows = "throw";
-    bool check_finite = true;
-    std::string window, window_alignment = "bottom-right";  // window "LEFT,RIGHT" (attn::cli::window_from), "" = none
-    double softcap = 0;
+    attn::AttentionOptions base;
     std::optional<py::array> bias, alibi_slopes;  // of q's dtype (view_of refuses another)
-    // The options of a call with inputs of dtype T; the bias and slopes are views of the arrays held here.
     template <class T>
     attn::SdpaOptions options(const std::string& function) const {
-        attn::SdpaOptions o = attn::cli::sdpa_options_from(scale, causal, empty_rows, check_finite, function, window,
-                                                           window_alignment, softcap);
+        attn::SdpaOptions o;
+        static_cast<attn::AttentionOptions&>(o) = base;
         if (bias) o.bias = view_of<T>(*bias, function, "bias");
         if (alibi_slopes) o.alibi_slopes = view_of<T>(*alibi_slopes, function, "alibi_slopes");
         return o;
     }
 };
+
+template <class V>
+V keyword_value(const py::handle& value, const std::string& function, const std::string& name, const char* what) {
+    try {
+        return value.cast<V>();
+    } catch (const py::cast_error&) {
+        throw attn::ConfigError(function + ": " + name + " must be " + what + ", got " +
+                                std::string(py::str(value.get_type().attr("__name__"))));
+    }
+}
+
+// The option fields attn.sdpa takes as keywords; attn.oracle and attn.check take all but the last two.
+constexpr const char* kProblemFields[] = {"scale", "is_causal", "window", "window.alignment", "softcap", "bias",
+                                          "alibi_slopes", "empty_rows", "check_finite", "backend", "num_threads"};
+constexpr std::size_t kLibraryOnlyFields = 2;
+
+Problem problem_of(const py::dict& keywords, const std::string& function, bool library_call) {
+    const std::size_t fields = std::size(kProblemFields) - (library_call ? 0 : kLibraryOnlyFields);
+    std::vector<std::string> known;
+    for (std::size_t i = 0; i < fields; ++i) known.emplace_back(attn::option_spec(kProblemFields[i]).python);
+    Problem p;
+    attn::AttentionOptions& o = p.base;
+    std::optional<std::pair<long long, long long>> window;
+    std::string window_alignment = attn::to_string(attn::SlidingWindow{}.alignment);
+    for (const auto& [key, value] : keywords) {
+        const std::string name = py::str(key);
+        std::size_t i = 0;
+        while (i < fields && name != known[i]) ++i;
+        if (i == fields) {
+            std::string list;
+            for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+            throw attn::ConfigError(function + ": unknown option '" + name + "' (its options: " + list + ")");
+        }
+        const std::string_view field = kProblemFields[i];
+        if (value.is_none() && field != "check_finite" && field != "empty_rows" && field != "backend") continue;
+        if (field == "scale") o.scale = keyword_value<double>(value, function, name, "a float or None");
+        else if (field == "is_causal") {
+            o.is_causal = true;
+            o.alignment = attn::parse_spelling<attn::CausalAlignment>(
+                keyword_value<std::string>(value, function, name, "a str or None"), function, name);
+        } else if (field == "window")
+            window = keyword_value<std::pair<long long, long long>>(value, function, name, "(left, right) or None");
+        else if (field == "window.alignment")
+            window_alignment = keyword_value<std::string>(value, function, name, "a str");
+        else if (field == "softcap") o.softcap = keyword_value<double>(value, function, name, "a float");
+        else if (field == "bias") p.bias = keyword_value<py::array>(value, function, name, "an array or None");
+        else if (field == "alibi_slopes") p.alibi_slopes = keyword_value<py::array>(value, function, name, "an array or None");
+        else if (field == "empty_rows")
+            o.empty_rows = attn::parse_spelling<attn::EmptyRowPolicy>(
+                keyword_value<std::string>(value, function, name, "a str"), function, name);
+        else if (field == "check_finite") o.check_finite = keyword_value<bool>(value, function, name, "a bool");
+        else if (field == "backend")
+            o.backend = attn::parse_spelling<attn::Backend>(keyword_value<std::string>(value, function, name, "a str"),
+                                                            function, name);
+        else if (field == "num_threads") o.num_threads = keyword_value<int>(value, function, name, "an int");
+    }
+    const attn::CausalAlignment side = attn::parse_spelling<attn::CausalAlignment>(window_alignment, function,
+                                                                                   "window_alignment");
+    if (window) o.window = attn::SlidingWindow{window->first, window->second, side};
+    return p;
+}
+
+// The option table, for the package's docstrings: one dict per row with a Python keyword.
+py::list option_table() {
+    py::list rows;
+    for (const attn::OptionSpec& o : attn::option_table()) {
+        if (*o.python == '\0') continue;
+        py::dict row;
+        row["field"] = o.field;
+        row["python"] = o.python;
+        row["cli"] = o.cli;
+        row["default"] = o.default_text;
+        row["help"] = o.help;
+        rows.append(row);
+    }
+    return rows;
+}
 
 bool is_float32(const py::array& q) { return q.dtype().is(py::dtype::of<float>()); }
 
@@ -95,14 +169,10 @@ void require_float(const py::array& q, const std::string& function) {
 
 template <class T>
 py::object sdpa_t(const py::array& q, const py::array& k, const py::array& v, const std::optional<py::array>& mask,
-                  const Problem& problem, const std::string& backend, bool return_weights, int num_threads) {
+                  const Problem& problem, bool return_weights) {
     const std::string fn = "attn.sdpa";
     attn::SdpaOptions o = problem.options<T>(fn);
-    if (backend == "reference") o.backend = attn::Backend::Reference;
-    else if (backend == "tiled") o.backend = attn::Backend::Tiled;
-    else if (backend != "auto") throw attn::ConfigError(fn + ": backend must be auto, reference or tiled, got '" + backend + "'");
     o.return_weights = return_weights;
-    o.num_threads = num_threads;
     const auto r = attn::scaled_dot_product_attention(view_of<T>(q, fn, "q"), view_of<T>(k, fn, "k"), view_of<T>(v, fn, "v"),
                                                       mask_of(mask, fn), o);
     if (!return_weights) return to_numpy(r.output);
@@ -305,53 +375,50 @@ int serve(py::function fn, py::dict declaration, const std::string& program, con
     return finish(false);
 }
 
-// window: (left, right) as FlashAttention's window_size, -1 = unbounded.
-using Window = std::optional<std::pair<long long, long long>>;
-
-Problem problem_of(std::optional<double> scale, std::optional<std::string> causal, const std::string& empty_rows,
-                   const Window& window, const std::string& window_alignment, double softcap,
-                   std::optional<py::array> bias, std::optional<py::array> alibi_slopes) {
-    Problem p;
-    p.scale = scale;
-    p.causal = causal.value_or("");
-    p.empty_rows = empty_rows;
-    if (window) p.window = std::to_string(window->first) + "," + std::to_string(window->second);
-    p.window_alignment = window_alignment;
-    p.softcap = softcap;
-    p.bias = std::move(bias);
-    p.alibi_slopes = std::move(alibi_slopes);
-    return p;
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_attn, m) {
     m.doc() = "attn's compiled half; use the attn package";
     static py::exception<attn::Error> error(m, "Error", PyExc_ValueError);
-    py::register_exception<attn::ShapeError>(m, "ShapeError", error.ptr());
-    py::register_exception<attn::MaskError>(m, "MaskError", error.ptr());
-    py::register_exception<attn::ValueError>(m, "ValueError", error.ptr());
-    py::register_exception<attn::ConfigError>(m, "ConfigError", error.ptr());
+    static py::exception<attn::ShapeError> shape_error(m, "ShapeError", error.ptr());
+    static py::exception<attn::MaskError> mask_error(m, "MaskError", error.ptr());
+    static py::exception<attn::ValueError> value_error(m, "ValueError", error.ptr());
+    static py::exception<attn::ConfigError> config_error(m, "ConfigError", error.ptr());
+    // The library's messages with their remedies in Python's terms (empty_rows='zero', check_finite=False).
+    py::register_exception_translator([](std::exception_ptr thrown) {
+        const auto raise = [](const py::object& type, const attn::Error& e) {
+            PyErr_SetString(type.ptr(), e.message(attn::Interface::Python).c_str());
+        };
+        try {
+            if (thrown) std::rethrow_exception(thrown);
+        } catch (const attn::ShapeError& e) {
+            raise(shape_error, e);
+        } catch (const attn::MaskError& e) {
+            raise(mask_error, e);
+        } catch (const attn::ValueError& e) {
+            raise(value_error, e);
+        } catch (const attn::ConfigError& e) {
+            raise(config_error, e);
+        } catch (const attn::Error& e) {
+            raise(error, e);
+        }
+    });
     m.attr("ATTN_PROGRAM") = ATTN_PROGRAM;
     m.attr("KERNEL_ABI_VERSION") = ATTN_KERNEL_ABI_VERSION;
 
+    // The keywords of every call are the option table's (attn/options.hpp); the package passes them as a dict.
+    m.def("option_table", &option_table);
     m.def("sdpa", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
-                     std::optional<std::string> causal, std::optional<double> scale, const std::string& empty_rows,
-                     const std::string& backend, bool return_weights, int num_threads, const Window& window,
-                     const std::string& window_alignment, double softcap, std::optional<py::array> bias,
-                     std::optional<py::array> alibi_slopes) {
+                     bool return_weights, const py::dict& options) {
         require_float(q, "attn.sdpa");
-        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap, bias, alibi_slopes);
-        return is_float32(q) ? sdpa_t<float>(q, k, v, mask, p, backend, return_weights, num_threads)
-                             : sdpa_t<double>(q, k, v, mask, p, backend, return_weights, num_threads);
+        const Problem p = problem_of(options, "attn.sdpa", true);
+        return is_float32(q) ? sdpa_t<float>(q, k, v, mask, p, return_weights)
+                             : sdpa_t<double>(q, k, v, mask, p, return_weights);
     });
     m.def("oracle", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
-                       std::optional<std::string> causal, std::optional<double> scale, const std::string& empty_rows,
-                       const std::string& model, Index key_block, const Window& window,
-                       const std::string& window_alignment, double softcap, std::optional<py::array> bias,
-                       std::optional<py::array> alibi_slopes) {
+                       const std::string& model, Index key_block, const py::dict& options) {
         require_float(q, "attn.oracle");
-        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap, bias, alibi_slopes);
+        const Problem p = problem_of(options, "attn.oracle", false);
         const auto pack = [](const auto& r) {
             py::dict d;
             d["output"] = to_numpy(r.output);
@@ -366,12 +433,10 @@ PYBIND11_MODULE(_attn, m) {
                              : pack(oracle_t<double>("attn.oracle", q, k, v, mask, p, model, key_block, false));
     });
     m.def("check", [](const py::array& q, const py::array& k, const py::array& v, const py::array& out,
-                      std::optional<py::array> mask, std::optional<std::string> causal, std::optional<double> scale,
-                      const std::string& empty_rows, const std::string& model, Index key_block, const Window& window,
-                      const std::string& window_alignment, double softcap, std::optional<py::array> bias,
-                      std::optional<py::array> alibi_slopes) {
+                      std::optional<py::array> mask, const std::string& model, Index key_block,
+                      const py::dict& options) {
         require_float(q, "attn.check");
-        const Problem p = problem_of(scale, causal, empty_rows, window, window_alignment, softcap, bias, alibi_slopes);
+        const Problem p = problem_of(options, "attn.check", false);
         return is_float32(q) ? check_t<float>(q, k, v, out, mask, p, model, key_block)
                              : check_t<double>(q, k, v, out, mask, p, model, key_block);
     });

@@ -166,11 +166,14 @@ Tensor<double> tensor_from(const json& j, const std::string& origin, const char*
     return r;
 }
 
-EmptyRowPolicy policy_from(const std::string& s, const std::string& origin) {
-    if (s == "throw") return EmptyRowPolicy::Throw;
-    if (s == "zero") return EmptyRowPolicy::Zero;
-    if (s == "nan") return EmptyRowPolicy::Nan;
-    throw IoError("case file " + origin + ": unknown empty_rows policy '" + s + "'");
+// An enumerator of a case file by its spelling (attn/options.hpp); IoError naming the file otherwise.
+template <class E>
+E spelt(const json& value, const std::string& origin, const char* what) {
+    try {
+        return parse_spelling<E>(value.get<std::string>(), "case file " + origin, what);
+    } catch (const ConfigError& e) {
+        throw IoError(e.what());
+    }
 }
 
 }  // namespace
@@ -250,17 +253,14 @@ CaseFile case_from_json(const std::string& text, const std::string& origin) {
         const json& o = j.at("options");
         if (!o.at("scale").is_null()) c.options.scale = unhex(o.at("scale").get<std::string>(), origin);
         c.options.is_causal = o.at("is_causal");
-        c.options.alignment =
-            o.at("alignment").get<std::string>() == "bottom-right" ? CausalAlignment::BottomRight : CausalAlignment::TopLeft;
+        c.options.alignment = spelt<CausalAlignment>(o.at("alignment"), origin, "alignment");
         if (o.contains("window") && !o.at("window").is_null()) {
             const json& w = o.at("window");
             c.options.window = SlidingWindow{w.at("left").get<Index>(), w.at("right").get<Index>(),
-                                             w.at("alignment").get<std::string>() == "top-left"
-                                                 ? CausalAlignment::TopLeft
-                                                 : CausalAlignment::BottomRight};
+                                             spelt<CausalAlignment>(w.at("alignment"), origin, "the window's alignment")};
         }
         if (o.contains("softcap")) c.options.softcap = unhex(o.at("softcap").get<std::string>(), origin);
-        c.options.empty_rows = policy_from(o.at("empty_rows").get<std::string>(), origin);
+        c.options.empty_rows = spelt<EmptyRowPolicy>(o.at("empty_rows"), origin, "empty_rows");
         c.options.check_finite = o.at("check_finite");
         c.options.num_threads = o.value("num_threads", 0);
         const json& m = j.at("mask");

@@ -219,10 +219,7 @@ CaseConfig parse_config(const std::string& text) {
         else if (key == "bias") c.bias = checked(value, "bias");
         else if (key == "alibi") c.alibi = checked(value, "alibi");
         else if (key == "empty_rows") {
-            if (value == "throw") c.empty_rows = EmptyRowPolicy::Throw;
-            else if (value == "zero") c.empty_rows = EmptyRowPolicy::Zero;
-            else if (value == "nan") c.empty_rows = EmptyRowPolicy::Nan;
-            else throw ConfigError("config string '" + text + "': empty_rows=" + value + " (known: throw, zero, nan)");
+            c.empty_rows = parse_spelling<EmptyRowPolicy>(value, "config string '" + text + "'", "empty_rows");
         } else if (key == "check_finite") {
             if (value != "on" && value != "off")
                 throw ConfigError("config string '" + text + "': check_finite=" + value + " (known: on, off)");

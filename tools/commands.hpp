@@ -23,11 +23,6 @@ std::vector<std::string> closest_names(const std::string& word, const std::vecto
 // " (did you mean a or b?)", or "" when nothing is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& known);
 
-// A library error message in the command line's terms: the options a CLI user types instead of the C++ names
-// (EmptyRowPolicy::Zero -> --empty-rows zero, Backend::Reference -> --backend reference, check_finite ->
-// --no-check-finite).
-std::string in_cli_terms(const std::string& message);
-
 // Shell commands (shell.cpp): a wait status as an exit code (128 + signal when killed, 2 when it could not run);
 // a command run with stdout and stderr flushed first, returning its exit code; the core count, for -j.
 int exit_code(int status);

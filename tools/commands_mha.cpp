@@ -13,20 +13,14 @@ namespace attn::cli {
 
 namespace {
 
-struct MhaArgs {
+struct MhaArgs : AttentionArgs {
     std::string x_path, memory_path, key_memory_path, value_memory_path;
     Index num_heads = 0;
     std::optional<Index> num_kv_heads;
     std::string q_weight, k_weight, v_weight, out_weight, in_proj_weight;
     std::string q_bias, k_bias, v_bias, out_bias, in_proj_bias;
     std::string allowed_mask_path, blocked_mask_path, key_padding_blocked_path;
-    std::string bias_path, key_padding_bias_path, alibi_path;  // float masks and ALiBi slopes, in x's dtype
-    std::string causal;  // "", "top-left" or "bottom-right"
-    std::string window, window_alignment = "bottom-right";  // --window LEFT,RIGHT
-    double softcap = 0;  // --softcap
-    std::string empty_rows = "throw";
-    int num_threads = 0;
-    bool no_check_finite = false;
+    std::string key_padding_bias_path;  // float (B, Tk), in x's dtype (the bias and the slopes are AttentionArgs')
     std::string out_path, weights_path;
     bool average_weights = false;
     std::string dtype;  // --dtype: int16/uint16 files hold the bits of this 16-bit type
@@ -79,16 +73,8 @@ int run_mha(const MhaArgs& args, const npy::Array& x_file) {
     if (!args.v_bias.empty()) mha.set_v_proj_bias(read(args.v_bias));
     if (!args.out_bias.empty()) mha.set_out_proj_bias(read(args.out_bias));
 
-    const SdpaOptions mapped = sdpa_options_from(std::nullopt, args.causal, args.empty_rows, !args.no_check_finite,
-                                                 "mha", args.window, args.window_alignment, args.softcap);
     MhaOptions options;
-    options.is_causal = mapped.is_causal;
-    options.alignment = mapped.alignment;
-    options.empty_rows = mapped.empty_rows;
-    options.num_threads = args.num_threads;
-    options.check_finite = mapped.check_finite;
-    options.softcap = mapped.softcap;
-    options.window = mapped.window;
+    static_cast<AttentionOptions&>(options) = args.options("mha");
     const std::optional<Tensor<T>> bias = read_optional(args.bias_path);                          // PyTorch's float attn_mask
     const std::optional<Tensor<T>> key_padding_bias = read_optional(args.key_padding_bias_path);  // (B, Tk)
     const std::optional<Tensor<T>> alibi_slopes = read_optional(args.alibi_path);                 // (H) or (B, H)
@@ -176,27 +162,10 @@ Action add_mha_command(CLI::App& app) {
     allowed->excludes(blocked);
     mha->add_option("--key-padding-blocked", args->key_padding_blocked_path,
                     "Bool (B, Tk), true = padding (nn.MultiheadAttention's key_padding_mask)");
-    mha->add_option("--bias", args->bias_path,
-                    "Float mask (nn.MultiheadAttention's float attn_mask) in x's dtype: (Tq, Tk), (B, Tq, Tk) or "
-                    "(B, H, Tq, Tk), added to every head's logits after the scale and the soft-capping; -inf blocks "
-                    "the key like false in a mask");
-    mha->add_option("--key-padding-bias", args->key_padding_bias_path,
-                    "Float (B, Tk) in x's dtype (nn.MultiheadAttention's float key_padding_mask), added to every "
-                    "query's logits; with --bias the two are summed first, in the dtype, as PyTorch does");
-    mha->add_option("--alibi-slopes", args->alibi_path, alibi_help);
-    mha->add_option("--softcap", args->softcap, softcap_help)->capture_default_str();
-    mha->add_option("--causal", args->causal, causal_help)->check(CLI::IsMember({"top-left", "bottom-right"}));
-    mha->add_option("--window", args->window, window_help);
-    mha->add_option("--window-alignment", args->window_alignment, window_alignment_help)
-        ->capture_default_str()
-        ->check(CLI::IsMember({"top-left", "bottom-right"}));
-    mha->add_option("--empty-rows", args->empty_rows, "Rows with no allowed key: throw (error), zero or nan")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"throw", "zero", "nan"}));
-    mha->add_option("--threads", args->num_threads, "Threads (0: OpenMP's default); the result does not depend on it")
-        ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
-    mha->add_flag("--no-check-finite", args->no_check_finite, "Do not reject NaN/Inf that some query reads");
+    add_attention_options(mha, *args, problem_fields);
+    add_attention_options(mha, *args, {"backend", "num_threads"});
+    const OptionSpec& key_padding_bias = option_spec("key_padding_bias");
+    mha->add_option(key_padding_bias.cli, args->key_padding_bias_path, key_padding_bias.help);
     mha->add_option("--out", args->out_path, "Output (B, Tq, E), in the dtype of x")->required();
     auto* weights = mha->add_option("--weights", args->weights_path, "Also write the weights (B, H, Tq, Tk)");
     mha->add_flag("--average-weights", args->average_weights, "Write the head average (B, Tq, Tk) instead")->needs(weights);

@@ -28,18 +28,12 @@ namespace attn::cli {
 namespace {
 
 // The problem flags `attn oracle` and `attn check` share with `attn sdpa`.
-struct ProblemArgs {
-    std::string q_path, k_path, v_path, allowed_mask_path, bias_path, alibi_path;
-    std::string causal;  // "", "top-left" or "bottom-right"
-    std::string window, window_alignment = "bottom-right";  // --window LEFT,RIGHT
-    std::optional<double> scale;
-    std::string empty_rows = "throw";
-    bool no_check_finite = false;
+struct ProblemArgs : AttentionArgs {
+    std::string q_path, k_path, v_path, allowed_mask_path;
     int bits = 0;
     std::string model = "generic";
     Index key_block = 64;
     std::optional<double> stale_max;  // overrides the model's (lazy rescaling)
-    double softcap = 0;               // --softcap
     std::optional<double> tanh_ulps;  // overrides the model's (soft-capping)
     std::string underflow;            // "", "gradual" or "ftz": overrides the model's
     bool block_partial_sums = false;  // tiled: each key block's sums are formed apart and then added
@@ -64,15 +58,7 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
     cmd->add_option("--v", args.v_path, "Values (..., Tk, Dv), same dtype as q")->required();
     cmd->add_option("--allowed-mask", args.allowed_mask_path,
                     "Bool mask broadcastable to (..., Tq, Tk); true = the query may read the key");
-    cmd->add_option("--bias", args.bias_path, bias_help);
-    cmd->add_option("--alibi-slopes", args.alibi_path, alibi_help);
-    cmd->add_option("--causal", args.causal, causal_help)->check(CLI::IsMember({"top-left", "bottom-right"}));
-    cmd->add_option("--window", args.window, window_help);
-    cmd->add_option("--window-alignment", args.window_alignment, window_alignment_help)
-        ->capture_default_str()
-        ->check(CLI::IsMember({"top-left", "bottom-right"}));
-    cmd->add_option("--scale", args.scale, "Logit scale (default 1/sqrt(Dk))");
-    cmd->add_option("--softcap", args.softcap, softcap_help)->capture_default_str();
+    add_attention_options(cmd, args, problem_fields);
     cmd->add_option("--tanh-ulps", args.tanh_ulps,
                     "Soft-capping: error of the kernel's tanh in ulps (generic and tiled 4, Highway's; reference 3, "
                     "glibc's measured 2.05; a GPU's tanh.approx needs about 8200 in float)")
@@ -81,11 +67,6 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
                     "Read int16/uint16 inputs (and candidates) as the bits of this 16-bit type "
                     "(tensor.view(torch.int16).numpy())")
         ->check(CLI::IsMember({"bfloat16", "float16"}));
-    cmd->add_option("--empty-rows", args.empty_rows, "Rows with no allowed key: throw (error), zero or nan")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"throw", "zero", "nan"}));
-    cmd->add_flag("--no-check-finite", args.no_check_finite,
-                  "Do not reject NaN/Inf at readable positions (rows reading them are then expected NaN)");
     cmd->add_option("--bits", args.bits,
                     "Oracle working precision: 0 = default (114-bit MPFR with exact double-double kernels); "
                     "otherwise all-MPFR at 114, 261 or 516 bits")
@@ -126,8 +107,9 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
 }
 
 SdpaOptions sdpa_options(const ProblemArgs& args) {
-    return sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite, "attn", args.window,
-                             args.window_alignment, args.softcap);
+    SdpaOptions options;
+    static_cast<AttentionOptions&>(options) = args.options("attn");
+    return options;
 }
 
 using Inputs = AttentionFiles;

@@ -19,16 +19,8 @@ namespace attn::cli {
 
 namespace {
 
-struct SdpaArgs {
-    std::string q_path, k_path, v_path, allowed_mask_path, bias_path, alibi_path, out_path, weights_path;
-    std::string causal;  // "", "top-left" or "bottom-right"
-    std::string window, window_alignment = "bottom-right";  // --window LEFT,RIGHT
-    std::optional<double> scale;
-    double softcap = 0;  // --softcap
-    std::string empty_rows = "throw";
-    std::string backend = "auto";
-    int num_threads = 0;
-    bool no_check_finite = false;
+struct SdpaArgs : AttentionArgs {
+    std::string q_path, k_path, v_path, allowed_mask_path, out_path, weights_path;
     std::string dtype;  // --dtype: int16/uint16 files hold the bits of this 16-bit type
     std::string plot_weights_path, head;  // --plot-weights FILE.svg, --head I,J,... (the batch element it shows)
 };
@@ -65,12 +57,8 @@ void run_sdpa(const SdpaArgs& args, const AttentionFiles& in) {
     const Tensor<T> q = npy::to_tensor<T>(in.q, args.q_path);  // (..., Tq, Dk)
     const Tensor<T> k = npy::to_tensor<T>(in.k, args.k_path);  // (..., Tk, Dk)
     const Tensor<T> v = npy::to_tensor<T>(in.v, args.v_path);  // (..., Tk, Dv)
-    SdpaOptions options = sdpa_options_from(args.scale, args.causal, args.empty_rows, !args.no_check_finite, "sdpa",
-                                            args.window, args.window_alignment, args.softcap);
-    options.backend = args.backend == "reference" ? Backend::Reference
-                      : args.backend == "tiled"   ? Backend::Tiled
-                                                  : Backend::Auto;
-    options.num_threads = args.num_threads;
+    SdpaOptions options;
+    static_cast<AttentionOptions&>(options) = args.options("sdpa");
     options.return_weights = !args.weights_path.empty() || !args.plot_weights_path.empty();
     const std::optional<Tensor<T>> bias = in.bias_tensor<T>();  // broadcastable to (..., Tq, Tk)
     if (bias) options.bias = *bias;
@@ -117,26 +105,8 @@ Action add_sdpa_command(CLI::App& app) {
     sdpa->add_option("--v", args->v_path, "Values (..., Tk, Dv), same dtype as q")->required();
     sdpa->add_option("--allowed-mask", args->allowed_mask_path,
                      "Bool mask broadcastable to (..., Tq, Tk); true = the query may read the key");
-    sdpa->add_option("--bias", args->bias_path, bias_help);
-    sdpa->add_option("--alibi-slopes", args->alibi_path, alibi_help);
-    sdpa->add_option("--causal", args->causal, causal_help)->check(CLI::IsMember({"top-left", "bottom-right"}));
-    sdpa->add_option("--window", args->window, window_help);
-    sdpa->add_option("--window-alignment", args->window_alignment, window_alignment_help)
-        ->capture_default_str()
-        ->check(CLI::IsMember({"top-left", "bottom-right"}));
-    sdpa->add_option("--scale", args->scale, "Logit scale (default 1/sqrt(Dk))");
-    sdpa->add_option("--softcap", args->softcap, softcap_help)->capture_default_str();
-    sdpa->add_option("--empty-rows", args->empty_rows, "Rows with no allowed key: throw (error), zero or nan")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"throw", "zero", "nan"}));
-    sdpa->add_option("--backend", args->backend, "reference, tiled or auto")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"reference", "tiled", "auto"}));
-    sdpa->add_option("--threads", args->num_threads, "Threads (0: OpenMP's default); the result does not depend on it")
-        ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
-    sdpa->add_flag("--no-check-finite", args->no_check_finite,
-                   "Do not reject NaN/Inf at readable positions (they then propagate to the output)");
+    add_attention_options(sdpa, *args, problem_fields);
+    add_attention_options(sdpa, *args, {"backend", "num_threads"});
     sdpa->add_option("--dtype", args->dtype,
                      "Read int16/uint16 inputs as the bits of this 16-bit type (tensor.view(torch.int16).numpy())")
         ->check(CLI::IsMember({"bfloat16", "float16"}));

@@ -45,19 +45,6 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
     return s + "?)";
 }
 
-std::string in_cli_terms(const std::string& message) {
-    static const std::pair<const char*, const char*> terms[] = {
-        {"choose EmptyRowPolicy::Zero or ::Nan to allow empty rows", "pass --empty-rows zero or --empty-rows nan to allow empty rows"},
-        {"ask for weights with Backend::Reference or Backend::Auto", "ask for weights with --backend reference or --backend auto"},
-        {"disable check_finite to allow it", "pass --no-check-finite to allow it"},
-    };
-    std::string s = message;
-    for (const auto& [library, cli] : terms)
-        for (auto at = s.find(library); at != std::string::npos; at = s.find(library, at))
-            s.replace(at, std::string(library).size(), cli);
-    return s;
-}
-
 }  // namespace attn::cli
 
 int main(int argc, char** argv) {
@@ -105,7 +92,7 @@ int main(int argc, char** argv) {
         }
         return 2;
     } catch (const attn::Error& e) {
-        std::cerr << "attn: " << attn::cli::in_cli_terms(e.what()) << "\n";
+        std::cerr << "attn: " << e.message(attn::Interface::Cli) << "\n";
         return 2;
     }
 }

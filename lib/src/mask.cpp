@@ -21,10 +21,11 @@ std::string PositionRule::describe() const {
     return s;
 }
 
-std::string no_allowed_key_message(const std::string& function, const std::string& row, Index Tq, Index Tk,
-                                   const PositionRule& positions, const std::string& shapes) {
-    return function + ": " + row + " has no allowed key (Tq=" + std::to_string(Tq) + ", Tk=" + std::to_string(Tk) +
-           positions.describe() + "; " + shapes + "); choose EmptyRowPolicy::Zero or ::Nan to allow empty rows";
+MaskError no_allowed_key_error(const std::string& function, const std::string& row, Index Tq, Index Tk,
+                               const PositionRule& positions, const std::string& shapes) {
+    return MaskError(function + ": " + row + " has no allowed key (Tq=" + std::to_string(Tq) + ", Tk=" +
+                         std::to_string(Tk) + positions.describe() + "; " + shapes + ")",
+                     Remedy{"empty_rows", {"zero", "nan"}, "to allow empty rows"});
 }
 
 Tensor<bool> causal_allowed_mask(Index Tq, Index Tk, CausalAlignment alignment) {

@@ -18,7 +18,8 @@ namespace {
 
 std::string str(Index n) { return std::to_string(n); }
 
-constexpr const char* kOverflow = "although every input it reads is finite: the projection overflowed; scale the inputs down";
+const detail::NotFiniteReason kOverflow{
+    "although every input it reads is finite: the projection overflowed; scale the inputs down"};
 
 // Every element of a parameter is read, so all must be finite.
 template <class T>
@@ -28,7 +29,7 @@ void check_parameter_finite(const std::string& function, const char* name, const
         if (!std::isfinite(p[f]))
             detail::throw_not_finite(function, name, p.shape(), p[f],
                                      p.rank() == 2 ? "row " + str(f / cols) + ", column " + str(f % cols) : "index " + str(f),
-                                     "and every parameter is read (disable check_finite to allow it)");
+                                     detail::NotFiniteReason{"and every parameter is read", true});
 }
 
 // Whether BLIS takes the (T, W) matrices of this (B, T, W) view as they are: row-major with non-overlapping rows.
@@ -301,7 +302,7 @@ MhaResult<T> MultiHeadAttention<T>::run(const char* function_name, TensorView<co
                                       {"out_proj_weight", &out_weight_}, {"q_proj_bias", &q_bias_},
                                       {"k_proj_bias", &k_bias_}, {"v_proj_bias", &v_bias_}, {"out_proj_bias", &out_bias_}})
             check_parameter_finite(function, name, *p);
-        const std::string why = detail::read_position_reason(shapes + masks.shapes);
+        const detail::NotFiniteReason why = detail::read_position_reason(shapes + masks.shapes);
         const auto query_read = [&](Index b, Index i) { return readable.some_head_reads_query(b, i); };
         const auto key_read = [&](Index b, Index j) { return readable.some_head_reads_key(b, j); };
         detail::check_rows<T>(function, "query_states", query_states, query_read, why);

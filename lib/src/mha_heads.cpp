@@ -47,7 +47,7 @@ namespace {
 
 // split: the heads as SDPA's batch. Heads are views: h = g*R + r with R = H/G, so q reads as (B, G, R, Tq, Dk) and k as
 // (B, G, 1, Tk, Dk) with a stride-0 R dim: every query head of group g reads kv head g = h / R, and no K/V head is
-// ever copied. The SDPA options are the call's; the flat batch index of head (b, h) is b H + h.
+// ever copied. The SDPA options are the call's (AttentionOptions); the flat batch index of head (b, h) is b H + h.
 template <class T>
 struct SplitHeads {
     TensorView<const T> q, k, v;
@@ -69,6 +69,10 @@ SplitHeads<T> split_heads(TensorView<const T> q, TensorView<const T> k, TensorVi
                     TensorView<const T>(v.data(), {B, G, 1, Tk, Dv},
                                         {v.stride(0), Dv * v.stride(2), 0, v.stride(1), v.stride(2)}),
                     std::nullopt, SdpaOptions{}};
+    // The shared options are the call's as they are; the bias and the slopes are the module's shapes, viewed below.
+    static_cast<AttentionOptions&>(s.sdpa) = options;
+    s.sdpa.bias.reset();
+    s.sdpa.alibi_slopes.reset();
     if (masks.allowed) {
         // allowed (B, H, Tq, Tk) -> (B, G, R, Tq, Tk): head h = g*R + r.
         const TensorView<const bool>& m = *masks.allowed;
@@ -85,18 +89,6 @@ SplitHeads<T> split_heads(TensorView<const T> q, TensorView<const T> k, TensorVi
         const TensorView<const T>& x = *bias.slopes;
         s.sdpa.alibi_slopes = TensorView<const T>(x.data(), {B, G, R}, {x.stride(0), R * x.stride(1), x.stride(1)});
     }
-    SdpaOptions& sdpa = s.sdpa;
-    sdpa.scale = options.scale;  // default 1/sqrt(Dk), SDPA's
-    sdpa.is_causal = options.is_causal;
-    sdpa.alignment = options.alignment;
-    sdpa.window = options.window;
-    sdpa.softcap = options.softcap;
-    sdpa.empty_rows = options.empty_rows;
-    sdpa.check_finite = options.check_finite;
-    sdpa.backend = options.backend;
-    sdpa.num_threads = options.num_threads;
-    sdpa.tiled_query_block = options.tiled_query_block;
-    sdpa.tiled_key_block = options.tiled_key_block;
     return s;
 }
 
@@ -311,7 +303,7 @@ auto validated_head_call(const std::string& function, TensorView<const T> q, Ten
         // Per head: a NaN in a head slice nobody reads must not matter, as in SDPA.
         const auto kv_read = [&](Index b, Index g, Index j) { return readable.kv_head_read(b, g, G, j); };
         const auto row_read = [&](Index b, Index h, Index i) { return readable.nonempty(b, h, i); };
-        const std::string why = read_position_reason(shapes + masks.shapes);
+        const NotFiniteReason why = read_position_reason(shapes + masks.shapes);
         check_head_rows(function, "q_projected", q, H, row_read, why);
         check_head_rows(function, "k_projected", k, G, kv_read, why);
         check_head_rows(function, "v_projected", v, G, kv_read, why);

@@ -111,21 +111,14 @@ SdpaResult<T> mha_sdpa_path_impl(TensorView<const T> q, TensorView<const T> k, T
     std::optional<Tensor<T>> bias4, slopes2;
     if (bias_full) bias4 = Tensor<T>::copy_of(*bias_full).reshaped({B, H, Tq, Tk});
     if (slopes_full) slopes2 = Tensor<T>::copy_of(*slopes_full).reshaped({B, H});
+    // The shared options as they are; the bias and the slopes in the module's shapes.
     MhaOptions mha;
+    static_cast<AttentionOptions&>(mha) = options;
+    mha.bias.reset();
+    mha.alibi_slopes.reset();
     if (bias4) mha.bias = *bias4;
     if (slopes2) mha.alibi_slopes = *slopes2;
-    mha.is_causal = options.is_causal;
-    mha.alignment = options.alignment;
-    mha.window = options.window;
-    mha.softcap = options.softcap;
     mha.weights = options.return_weights ? MhaWeights::PerHead : MhaWeights::None;
-    mha.scale = options.scale;  // default 1/sqrt(Dk), as in SDPA
-    mha.empty_rows = options.empty_rows;
-    mha.check_finite = options.check_finite;
-    mha.backend = options.backend;
-    mha.num_threads = options.num_threads;
-    mha.tiled_query_block = options.tiled_query_block;
-    mha.tiled_key_block = options.tiled_key_block;
     std::optional<TensorView<const bool>> mask_view;
     if (mask4) mask_view = mask4->view();
     MhaResult<T> r = multi_head_sdpa(xq.view(), xk.view(), xv.view(), H, G, mask_view, mha, {});

@@ -286,22 +286,24 @@ void throw_if_empty_head_row(const std::string& function, const HeadReadability&
                              EmptyRowPolicy empty_rows, const std::string& shapes) {
     if (r.first_empty < 0 || empty_rows != EmptyRowPolicy::Throw) return;
     const Index i = r.first_empty % r.Tq, h = (r.first_empty / r.Tq) % r.H, b = r.first_empty / (r.Tq * r.H);
-    throw MaskError(no_allowed_key_message(function, "query row " + str(i) + " of batch " + str(b) + ", head " + str(h),
-                                           r.Tq, r.Tk, positions, shapes));
+    throw no_allowed_key_error(function, "query row " + str(i) + " of batch " + str(b) + ", head " + str(h), r.Tq, r.Tk,
+                               positions, shapes);
 }
 
 void throw_not_finite(const std::string& function, const std::string& name, const Shape& shape, double value,
-                      const std::string& where, const std::string& why) {
-    throw ValueError(function + ": " + name + " " + to_string(shape) + " holds " + std::to_string(value) + " at " +
-                     where + ", " + why);
+                      const std::string& where, const NotFiniteReason& why) {
+    const std::string problem =
+        function + ": " + name + " " + to_string(shape) + " holds " + std::to_string(value) + " at " + where + ", " + why.text;
+    if (why.check_finite_allows) throw ValueError(problem, Remedy{"check_finite", {"false"}, "to allow it"});
+    throw ValueError(problem);
 }
 
 std::string batch_row_column(const std::string& batch_index, Index row, Index column) {
     return "batch index " + batch_index + ", row " + str(row) + ", column " + str(column);
 }
 
-std::string read_position_reason(const std::string& shapes) {
-    return "a position some query reads (" + shapes + "; disable check_finite to allow it)";
+NotFiniteReason read_position_reason(const std::string& shapes) {
+    return {"a position some query reads (" + shapes + ")", true};
 }
 
 }  // namespace detail
@@ -388,7 +390,7 @@ SdpaProblem<T> make_sdpa_problem(const std::string& function, TensorView<const T
     // the compute type (float for the 16-bit storage types), so that is the type it must fit.
     detail::check_scale_and_threads<compute_t<T>>(function, options.scale, options.num_threads, shapes);
     detail::check_tiled_blocks(function, options.tiled_query_block, options.tiled_key_block, shapes);
-    p.scale = options.scale ? *options.scale : (p.Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(p.Dk)) : 1.0);
+    p.scale = resolved_scale(options.scale, p.Dk);
     p.positions = detail::position_rule(function, options, shapes);
     detail::check_softcap<compute_t<T>>(function, options.softcap, shapes);
     p.softcap = options.softcap;
@@ -561,9 +563,9 @@ std::vector<Readability> check_contracts(const SdpaProblem<T>& p, const SdpaOpti
         all.push_back(first_of(b) == b ? readability(p, b) : all[static_cast<std::size_t>(first_of(b))]);
         const Readability& r = all.back();
         if (r.first_empty_row >= 0 && options.empty_rows == EmptyRowPolicy::Throw) {
-            throw MaskError(no_allowed_key_message(
+            throw no_allowed_key_error(
                 p.function, "query row " + std::to_string(r.first_empty_row) + " of batch index " + p.batch_index_string(b),
-                p.Tq, p.Tk, p.positions, p.shapes));
+                p.Tq, p.Tk, p.positions, p.shapes);
         }
     }
     check_alibi_slopes(p);

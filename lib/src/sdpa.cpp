@@ -10,24 +10,6 @@
 
 namespace attn {
 
-const char* to_string(EmptyRowPolicy policy) {
-    switch (policy) {
-        case EmptyRowPolicy::Throw: return "throw";
-        case EmptyRowPolicy::Zero: return "zero";
-        case EmptyRowPolicy::Nan: return "nan";
-    }
-    return "?";
-}
-
-const char* to_string(Backend backend) {
-    switch (backend) {
-        case Backend::Auto: return "auto";
-        case Backend::Reference: return "reference";
-        case Backend::Tiled: return "tiled";
-    }
-    return "?";
-}
-
 std::vector<double> alibi_slopes(Index heads) {
     if (heads < 0) throw ConfigError("alibi_slopes: heads must be >= 0, got " + std::to_string(heads));
     std::vector<double> slopes;
@@ -60,7 +42,8 @@ Backend chosen(Backend requested, const SdpaOptions& options, Index Tq, Index Tk
 Backend resolve(Backend requested, const SdpaOptions& options, Index Tq, Index Tk) {
     if (requested == Backend::Tiled && options.return_weights)
         throw ConfigError("sdpa: backend 'tiled' never forms the (Tq, Tk) weights (Tq=" + std::to_string(Tq) +
-                          ", Tk=" + std::to_string(Tk) + "); ask for weights with Backend::Reference or Backend::Auto");
+                          ", Tk=" + std::to_string(Tk) + ")",
+                          Remedy{"backend", {"reference", "auto"}, "to ask for the weights"});
     return chosen(requested, options, Tq, Tk);
 }
 

@@ -91,7 +91,7 @@ MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorV
     const std::string& shape_list = states.shapes;
     p.B = states.B, p.Tq = states.Tq, p.Tk = states.Tk;
     attn::detail::check_scale_and_threads<compute_t<T>>(f, options.scale, options.num_threads, " (" + shape_list + ")");
-    p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(p.Dh));
+    p.scale = attn::resolved_scale(options.scale, p.Dh);
     attn::detail::check_softcap<compute_t<T>>(f, options.softcap, " (" + shape_list + ")");
 
     // The module's mask contract and readability (attn/detail/problem.hpp), empty-row error included.
@@ -141,7 +141,7 @@ void require_finite(const std::string& f, const char* name, TensorView<const T> 
         if (!std::isfinite(x({b, t, c})))
             attn::detail::throw_not_finite(f, name, x.shape(), static_cast<double>(x({b, t, c})),
                                            attn::detail::batch_row_column(to_string(Shape{b}), t, c),
-                                           "a position some query reads (the oracle needs finite inputs there)");
+                                           {"a position some query reads (the oracle needs finite inputs there)"});
 }
 
 template <class T>

@@ -275,7 +275,7 @@ TEST_CASE("MHA oracle: an empty row is worded as the module words it, causal ali
     const std::string what = "query row 0 of batch 0, head 0 has no allowed key (Tq=3, Tk=2, causal bottom-right; ";
     CHECK_THAT(from_oracle, Catch::Contains(what));
     CHECK_THAT(from_module, Catch::Contains(what));
-    CHECK_THAT(from_oracle, Catch::EndsWith("choose EmptyRowPolicy::Zero or ::Nan to allow empty rows"));
+    CHECK_THAT(from_oracle, Catch::EndsWith("set options.empty_rows to EmptyRowPolicy::Zero or EmptyRowPolicy::Nan to allow empty rows"));
 }
 
 TEST_CASE("MHA oracle: bad input states are refused in the module's words (one shape contract)",

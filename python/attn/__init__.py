@@ -44,32 +44,44 @@ def _array(x, name):
     return a
 
 
-def sdpa(q, k, v, mask=None, *, causal=None, scale=None, empty_rows="throw", backend="auto",
-         return_weights=False, num_threads=0, window=None, window_alignment="bottom-right", softcap=0.0, bias=None,
-         alibi_slopes=None):
+# The options every call takes as keywords, from the library's option table (attn/options.hpp): names, defaults
+# and help are written there once.
+_OPTION_ROWS = _attn.option_table()
+_LIBRARY_ONLY = ("backend", "num_threads")
+
+
+def _options(options):
+    """The keywords for the compiled half: arrays for bias and alibi_slopes, the rest as given (it checks them)."""
+    return {k: (_array(v, k) if k in ("bias", "alibi_slopes") else v) for k, v in options.items()}
+
+
+def _options_doc(library_call):
+    rows = [r for r in _OPTION_ROWS if library_call or r["python"] not in _LIBRARY_ONLY]
+    rows = [r for r in rows if r["python"] != "return_weights"]
+    return "\n\n    Options (keywords; a name not listed is an attn.ConfigError):\n" + "\n".join(
+        f"      {r['python']} (default {r['default']}): {r['help']}" for r in rows)
+
+
+def sdpa(q, k, v, mask=None, *, return_weights=False, **options):
     """softmax(scale q k^T, masked) v with attn's library: a NumPy array (and the weights when asked for).
 
     mask: bool, broadcastable to (..., Tq, Tk), True = may attend. causal: None, "top-left" or "bottom-right".
-    empty_rows: what a query with no allowed key gives: "throw" (attn.MaskError), "zero" or "nan".
-    window: (left, right), FlashAttention's window_size (-1 = unbounded): key j visible to query i iff
-    i + d - left <= j <= i + d + right, d = Tk - Tq ("bottom-right") or 0 (window_alignment="top-left").
-    softcap: each logit s becomes softcap * tanh(s / softcap) before the masks (0 = off).
-    bias: PyTorch's float attn_mask, q's dtype, broadcastable to (..., Tq, Tk), added after the scale and the cap;
-    -inf blocks a key. alibi_slopes: q's dtype, broadcastable to the batch dims ((H) or (B, H)); the logit of
-    query i and key j gets -slope * |i + Tk - Tq - j|."""
-    return _attn.sdpa(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), causal, scale,
-                      empty_rows, backend, return_weights, num_threads, window, window_alignment, softcap,
-                      _array(bias, "bias"), _array(alibi_slopes, "alibi_slopes"))
+    window: (left, right), FlashAttention's window_size (-1 = unbounded). bias: broadcastable to (..., Tq, Tk).
+    alibi_slopes: broadcastable to the batch dims ((H) or (B, H))."""
+    return _attn.sdpa(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), return_weights,
+                      _options(options))
 
 
-def oracle(q, k, v, mask=None, *, causal=None, scale=None, empty_rows="throw", model="generic", key_block=64,
-           window=None, window_alignment="bottom-right", softcap=0.0, bias=None, alibi_slopes=None):
+def oracle(q, k, v, mask=None, *, model="generic", key_block=64, **options):
     """The exact attention of these inputs (correctly rounded to their dtype) and, per element, the rigorous bound
     on the error of a kernel following `model` (generic, reference or tiled with key_block): a dict with output,
     bound, weights, weights_bound, model and bits."""
-    return _attn.oracle(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), causal, scale,
-                        empty_rows, model, key_block, window, window_alignment, softcap, _array(bias, "bias"),
-                        _array(alibi_slopes, "alibi_slopes"))
+    return _attn.oracle(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), model, key_block,
+                        _options(options))
+
+
+sdpa.__doc__ += _options_doc(True)
+oracle.__doc__ += _options_doc(False)
 
 
 class CheckResult:
@@ -87,14 +99,14 @@ class CheckResult:
         return f"CheckResult({'pass' if self.passed else 'FAIL'}: {self.summary})"
 
 
-def check(q, k, v, out, mask=None, *, causal=None, scale=None, empty_rows="throw", model="generic", key_block=64,
-          window=None, window_alignment="bottom-right", softcap=0.0, bias=None, alibi_slopes=None):
+def check(q, k, v, out, mask=None, *, model="generic", key_block=64, **options):
     """Checks `out` (your kernel's output for q, k, v) against the oracle: what `attn check` does with .npy files
-    (window, softcap, bias and alibi_slopes as in sdpa)."""
+    (the options as in oracle)."""
     return CheckResult(_attn.check(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(out, "out"),
-                                   _array(mask, "mask"), causal, scale, empty_rows, model, key_block, window,
-                                   window_alignment, softcap, _array(bias, "bias"),
-                                   _array(alibi_slopes, "alibi_slopes")))
+                                   _array(mask, "mask"), model, key_block, _options(options)))
+
+
+check.__doc__ += _options_doc(False)
 
 
 class PropertiesResult:

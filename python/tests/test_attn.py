@@ -120,8 +120,26 @@ def test_bad_input_is_refused_naming_the_function_and_tensors():
         attn.sdpa(q, k[..., :3], v)
     with pytest.raises(attn.ConfigError, match="causal must be top-left or bottom-right"):
         attn.sdpa(q, k, v, causal="upper")
-    with pytest.raises(attn.MaskError):
+    # The remedy is said in Python's terms, from the option table.
+    with pytest.raises(attn.MaskError, match="pass empty_rows='zero' or empty_rows='nan' to allow empty rows"):
         attn.sdpa(q, k, v, np.zeros((5, 6), dtype=bool))
+    bad = q.copy()
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(attn.ValueError, match="pass check_finite=False to allow it"):
+        attn.sdpa(bad, k, v)
+    assert np.isnan(attn.sdpa(bad, k, v, check_finite=False)[0, 0, 0]).all()
+    with pytest.raises(attn.ConfigError, match="attn.sdpa: unknown option 'casual'"):
+        attn.sdpa(q, k, v, casual="top-left")
+    with pytest.raises(attn.ConfigError, match="attn.oracle: unknown option 'backend'"):
+        attn.oracle(q, k, v, backend="tiled")
+
+
+def test_every_keyword_is_a_row_of_the_option_table():
+    rows = {r["python"]: r for r in attn._attn.option_table()}
+    for name in ("causal", "scale", "empty_rows", "window", "window_alignment", "softcap", "bias", "alibi_slopes",
+                 "check_finite", "backend", "num_threads"):
+        assert name in rows and f"      {name} (default {rows[name]['default']})" in attn.sdpa.__doc__
+    assert "      backend (default" not in attn.check.__doc__
 
 
 def test_a_correct_function_passes_and_what_it_does_not_declare_is_listed(tmp_path):

@@ -215,7 +215,7 @@ bool has_unexplained_unbounded_row(TensorView<const T> q, TensorView<const T> k,
     const Index Dv = exact.output.shape()[2];
     const double u = std::ldexp(1.0, -std::numeric_limits<T>::digits);
     const double gamma = (Dk + 2) * u / (1 - (Dk + 2) * u);
-    const double scale = std::abs(options.scale.value_or(1 / std::sqrt(static_cast<double>(Dk))));
+    const double scale = std::abs(resolved_scale(options.scale, Dk));
     for (Index b = 0; b < B; ++b)
         for (Index i = 0; i < Tq; ++i) {
             bool unbounded = false;

@@ -16,7 +16,7 @@ Property a_large_softcap_is_plain_attention() {
                  "distance (e^(2 delta) - 1) 2 max|v| that delta = M^3 / (3 c^2) allows, of plain attention's.";
     p.generator = [](Dtype d) { return gen::sdpa_case(d, {.softcap = false, .bias = true}); };
     p.check = [](const Implementation& impl, const SdpaCase& c) -> Verdict {
-        const double scale = c.options.scale ? *c.options.scale : 1.0 / std::sqrt(static_cast<double>(c.Dk));
+        const double scale = resolved_scale(c.options.scale, c.Dk);
         const Index group = c.H / c.kv_heads;
         double M = 0, v_max = 0;  // M >= every |s_j| (upper ends: sum_d |q_d k_d| in double, widened)
         for (Index b = 0; b < c.B; ++b)

@@ -210,7 +210,7 @@ Property an_overflow_is_refused_by_name() {
             o.alibi_slopes.reset(), o.alibi_kind = "none";
             o.bias.reset(), o.bias_kind = "none";
             o.seed.reset(), o.distribution = "overflow";  // the values below are this property's, not the recipe's
-            const double scale = o.options.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.Dk)));
+            const double scale = resolved_scale(o.options.scale, c.Dk);
             const double c_max = static_cast<double>(std::numeric_limits<C>::max());
             std::string named, what;
             switch (kind) {

@@ -17,7 +17,7 @@ Property softmax_shift_invariance() {
         // q' = [q, a_i] and k' = [k, 1] with the original scale: logit'_ij = logit_ij + scale * a_i. Shifts reach
         // a few times log(max finite), beyond exp's overflow threshold.
         Rng rng(c.aux_seed);
-        const double scale = c.options.scale ? *c.options.scale : 1.0 / std::sqrt(static_cast<double>(c.Dk));
+        const double scale = resolved_scale(c.options.scale, c.Dk);
         const double log_max = gen::log_max(c.dtype);
         SdpaCase s = c;
         s.Dk = c.Dk + 1;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -126,7 +127,7 @@ TEST_CASE("attn sdpa reports bad input on stderr with exit code 2", "[cli][error
         const Run run = run_attn(scratch, worked_example_args(scratch) + " --backend tiled --weights '" +
                                               (scratch / "w.npy") + "'");
         CHECK(run.exit_code == 2);
-        CHECK(run.stderr_text.find("ask for weights with --backend reference or --backend auto") != std::string::npos);
+        CHECK(run.stderr_text.find("pass --backend reference or --backend auto to ask for the weights") != std::string::npos);
     }
     SECTION("--plot-weights draws the batch element --head names, and refuses one outside the batch") {
         const Run run = run_attn(scratch, worked_example_args(scratch) + " --causal top-left --plot-weights '" +
@@ -299,4 +300,30 @@ TEST_CASE("attn sdpa, oracle and check add the ALiBi slopes they are given", "[c
     const Run shape = run_attn(scratch, worked_example_args(scratch) + " --alibi-slopes '" + (scratch / "slopes2.npy") + "'");
     CHECK(shape.exit_code == 2);
     CHECK(shape.stderr_text.find("alibi_slopes [2] does not broadcast to the batch shape [1]") != std::string::npos);
+}
+
+TEST_CASE("attn sdpa, mha, oracle and check take the option table's flags with its help", "[cli][options]") {
+    const Scratch scratch;
+    for (const char* command : {"sdpa", "mha", "oracle", "check"}) {
+        const Run help = run_attn(scratch, std::string(command) + " --help");
+        INFO(command << "\n" << help.out);
+        REQUIRE(help.exit_code == 0);
+        std::vector<std::string> fields = {"bias", "alibi_slopes", "is_causal", "window", "window.alignment",
+                                           "scale", "softcap", "empty_rows", "check_finite"};
+        if (std::string(command) == "sdpa" || std::string(command) == "mha") {
+            fields.push_back("backend");
+            fields.push_back("num_threads");
+        }
+        for (const std::string& field : fields) {
+            const OptionSpec& o = option_spec(field);
+            INFO(field);
+            CHECK(help.out.find(std::string(o.cli) + " ") != std::string::npos);
+            // CLI11 wraps long help; the first words are on the flag's line.
+            CHECK(help.out.find(std::string(o.help).substr(0, 20)) != std::string::npos);
+        }
+    }
+    // A value outside the spellings is refused by the parser, naming the allowed ones.
+    const Run bad = run_attn(scratch, "sdpa --q a --k b --v c --out d --empty-rows none");
+    CHECK(bad.exit_code == 2);
+    CHECK(bad.stderr_text.find("throw") != std::string::npos);
 }

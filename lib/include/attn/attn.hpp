@@ -5,5 +5,6 @@
 #include "attn/error.hpp"
 #include "attn/mask.hpp"
 #include "attn/mha.hpp"
+#include "attn/options.hpp"
 #include "attn/sdpa.hpp"
 #include "attn/tensor.hpp"

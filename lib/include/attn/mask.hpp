@@ -81,11 +81,11 @@ struct PositionRule {
     std::string describe() const;
 };
 
-// The one wording of the empty-row MaskError for every layer (SDPA, the MHA module, the oracle): `row` names the row
-// in the caller's terms ("query row 2 of batch index [0]", "query row 2 of batch 1, head 1"), `shapes` the tensors
-// and their shapes. Ends with how to allow empty rows.
-std::string no_allowed_key_message(const std::string& function, const std::string& row, Index Tq, Index Tk,
-                                   const PositionRule& positions, const std::string& shapes);
+// The one empty-row MaskError for every layer (SDPA, the MHA module, the oracle): `row` names the row in the caller's
+// terms ("query row 2 of batch index [0]", "query row 2 of batch 1, head 1"), `shapes` the tensors and their shapes.
+// Its remedy is the empty_rows option.
+MaskError no_allowed_key_error(const std::string& function, const std::string& row, Index Tq, Index Tk,
+                               const PositionRule& positions, const std::string& shapes);
 
 // (Tq, Tk) allowed mask of a causal rule.
 Tensor<bool> causal_allowed_mask(Index Tq, Index Tk, CausalAlignment alignment);

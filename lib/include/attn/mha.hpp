@@ -34,34 +34,25 @@ enum class MhaWeights {
     HeadAverage,  // (B, Tq, Tk), the mean over the H heads (nn.MultiheadAttention's average_attn_weights)
 };
 
-// Per-call options. Masks are in the allowed convention (true = may attend); see forward_blocked for the other.
-struct MhaOptions {
+// Per-call options: the shared ones (AttentionOptions, attn/options.hpp: scale default 1/sqrt(head_dim), causal
+// rule, window, softcap, bias, ALiBi, empty rows, finite checks, the SDPA core's backend, threads and tiled blocks),
+// handed to every head's SDPA as they are, and the module's own. Masks are in the allowed convention (true = may
+// attend); see forward_blocked for the other.
+// The bias (PyTorch's float attn_mask, AttentionOptions::bias) takes allowed_mask's shapes (2-D (Tq, Tk), 3-D
+// (B, Tq, Tk) broadcast over heads, 4-D broadcastable to (B, H, Tq, Tk); reshape PyTorch's (B*H, Tq, Tk) to
+// (B, H, Tq, Tk) first); the slopes are (H) or (B, H): head h of batch element b adds -slope * |i + Tk - Tq - j|.
+// check_finite covers the inputs at positions some query reads, every parameter and the projections (one that
+// overflows is a ValueError).
+struct MhaOptions : AttentionOptions {
     std::optional<TensorView<const bool>> key_padding_allowed;  // (B, Tk): true = a real key, false = padding
-    bool is_causal = false;                                     // and-ed with the masks
-    CausalAlignment alignment = CausalAlignment::TopLeft;
-    std::optional<SlidingWindow> window;                        // and-ed too (attn/mask.hpp: the rule)
     MhaWeights weights = MhaWeights::None;
     bool training = false;            // dropout (MhaConfig::dropout) is applied only when true
     std::uint64_t dropout_step = 0;   // mixed into the dropout stream: a training loop passes its step for a fresh mask
-    std::optional<double> scale;      // default 1/sqrt(head_dim)
-    double softcap = 0;               // logit soft-capping of every head, as SdpaOptions::softcap (0 = off)
-    // PyTorch's float masks (attn_mask and key_padding_mask of a float dtype), of the inputs' dtype: added to every
-    // head's logits after the scale and the cap, as SdpaOptions::bias. bias takes allowed_mask's shapes (2-D (Tq, Tk),
-    // 3-D (B, Tq, Tk) broadcast over heads, 4-D broadcastable to (B, H, Tq, Tk); reshape PyTorch's (B*H, Tq, Tk) to
-    // (B, H, Tq, Tk) first); key_padding_bias is (B, Tk), read as (B, 1, 1, Tk). Given both, the bias is their sum
-    // in the dtype, as PyTorch merges them: fl(bias + key_padding_bias), computed in float for 16-bit storage and
-    // rounded once. A -inf entry blocks its key exactly as a false in the masks (an empty row follows empty_rows);
-    // NaN or +inf where a query may read is a ValueError under check_finite.
-    std::optional<FloatView> bias;
+    // PyTorch's float key_padding_mask, of the inputs' dtype, (B, Tk), read as (B, 1, 1, Tk). Given with the bias,
+    // the bias is their sum in the dtype, as PyTorch merges them: fl(bias + key_padding_bias), computed in float for
+    // 16-bit storage and rounded once. A -inf entry blocks its key exactly as a false in the masks (an empty row
+    // follows empty_rows); NaN or +inf where a query may read is a ValueError under check_finite.
     std::optional<FloatView> key_padding_bias;
-    // ALiBi (FlashAttention's alibi_slopes), (H) or (B, H), of the inputs' dtype: head h of batch element b adds
-    // -slope * |i + Tk - Tq - j| (bottom-right aligned, whatever `alignment` says), after the bias (SdpaOptions).
-    std::optional<FloatView> alibi_slopes;
-    EmptyRowPolicy empty_rows = EmptyRowPolicy::Throw;
-    bool check_finite = true;         // inputs and parameters at positions some query reads; projections overflowing
-    Backend backend = Backend::Auto;  // of the SDPA core
-    int num_threads = 0;
-    Index tiled_query_block = 0, tiled_key_block = 0;  // of the SDPA core's tiled backend (SdpaOptions'; 0: defaults)
 };
 
 template <class T>

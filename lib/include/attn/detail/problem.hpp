@@ -346,18 +346,23 @@ void check_alibi_slope(const std::string& function, C slope, Index Tq, Index Tk,
 void throw_if_empty_head_row(const std::string& function, const HeadReadability& readable,
                              const PositionRule& positions, EmptyRowPolicy empty_rows, const std::string& shapes);
 
+// Why a non-finite value is refused, and whether turning check_finite off would allow it (the error's remedy).
+struct NotFiniteReason {
+    std::string text;
+    bool check_finite_allows = false;
+};
 // The one wording of a non-finite value: "<function>: <name> <shape> holds <value> at <where>, <why>".
 [[noreturn]] void throw_not_finite(const std::string& function, const std::string& name, const Shape& shape,
-                                   double value, const std::string& where, const std::string& why);
+                                   double value, const std::string& where, const NotFiniteReason& why);
 // `where` of an element of an input read per batch element: "batch index [..], row r, column c".
 std::string batch_row_column(const std::string& batch_index, Index row, Index column);
 // `why` of an input some query reads; `shapes` names the call's tensors.
-std::string read_position_reason(const std::string& shapes);
+NotFiniteReason read_position_reason(const std::string& shapes);
 
 // rows (B, T, W): every element of row (b, t) must be finite when read(b, t).
 template <class T, class Read>
 void check_rows(const std::string& function, const std::string& name, TensorView<const T> rows, Read read,
-                const std::string& why) {
+                const NotFiniteReason& why) {
     for (Index b = 0; b < rows.dim(0); ++b)
         for (Index t = 0; t < rows.dim(1); ++t) {
             if (!read(b, t)) continue;
@@ -372,7 +377,7 @@ void check_rows(const std::string& function, const std::string& name, TensorView
 // Projected heads (B, T, heads * D): the D columns of head (b, head, t) must be finite when read(b, head, t).
 template <class T, class Read>
 void check_head_rows(const std::string& function, const std::string& name, TensorView<const T> rows, Index heads,
-                     Read read, const std::string& why) {
+                     Read read, const NotFiniteReason& why) {
     const Index D = heads > 0 ? rows.dim(2) / heads : 0;
     for (Index b = 0; b < rows.dim(0); ++b)
         for (Index t = 0; t < rows.dim(1); ++t)
@@ -402,8 +407,7 @@ void check_owned_rows(const SdpaProblem<T>& p, const std::vector<Readability>& r
                 if (!std::isfinite(x))
                     throw_not_finite(p.function, name, rows.view.shape(), static_cast<double>(x),
                                      batch_row_column(p.batch_index_string(b), i, c),
-                                     "a row of a query with an allowed key (" + shapes +
-                                         "; disable check_finite to allow it)");
+                                     NotFiniteReason{"a row of a query with an allowed key (" + shapes + ")", true});
             }
         }
     }
