@@ -20,6 +20,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <string_view>
 #include <vector>
 
 #include "attn/error.hpp"
@@ -93,15 +94,14 @@ V keyword_value(const py::handle& value, const std::string& function, const std:
     }
 }
 
-// The option fields attn.sdpa takes as keywords; attn.oracle and attn.check take all but the last two.
-constexpr const char* kProblemFields[] = {"scale", "is_causal", "window", "window.alignment", "softcap", "bias",
-                                          "alibi_slopes", "empty_rows", "check_finite", "backend", "num_threads"};
-constexpr std::size_t kLibraryOnlyFields = 2;
-
+// The keywords of a call: attn.oracle and attn.check take the problem's options (attn::problem_option_fields),
+// attn.sdpa the library's execution options too. None keeps an option's default.
 Problem problem_of(const py::dict& keywords, const std::string& function, bool library_call) {
-    const std::size_t fields = std::size(kProblemFields) - (library_call ? 0 : kLibraryOnlyFields);
+    std::vector<std::string_view> fields(std::begin(attn::problem_option_fields), std::end(attn::problem_option_fields));
+    if (library_call)
+        fields.insert(fields.end(), std::begin(attn::execution_option_fields), std::end(attn::execution_option_fields));
     std::vector<std::string> known;
-    for (std::size_t i = 0; i < fields; ++i) known.emplace_back(attn::option_spec(kProblemFields[i]).python);
+    for (const std::string_view field : fields) known.emplace_back(attn::option_spec(field).python);
     Problem p;
     attn::AttentionOptions& o = p.base;
     std::optional<std::pair<long long, long long>> window;
@@ -109,14 +109,14 @@ Problem problem_of(const py::dict& keywords, const std::string& function, bool l
     for (const auto& [key, value] : keywords) {
         const std::string name = py::str(key);
         std::size_t i = 0;
-        while (i < fields && name != known[i]) ++i;
-        if (i == fields) {
+        while (i < known.size() && name != known[i]) ++i;
+        if (i == known.size()) {
             std::string list;
             for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
             throw attn::ConfigError(function + ": unknown option '" + name + "' (its options: " + list + ")");
         }
-        const std::string_view field = kProblemFields[i];
-        if (value.is_none() && field != "check_finite" && field != "empty_rows" && field != "backend") continue;
+        const std::string_view field = fields[i];
+        if (value.is_none()) continue;
         if (field == "scale") o.scale = keyword_value<double>(value, function, name, "a float or None");
         else if (field == "is_causal") {
             o.is_causal = true;

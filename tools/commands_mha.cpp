@@ -73,8 +73,7 @@ int run_mha(const MhaArgs& args, const npy::Array& x_file) {
     if (!args.v_bias.empty()) mha.set_v_proj_bias(read(args.v_bias));
     if (!args.out_bias.empty()) mha.set_out_proj_bias(read(args.out_bias));
 
-    MhaOptions options;
-    static_cast<AttentionOptions&>(options) = args.options("mha");
+    MhaOptions options = args.options<MhaOptions>("mha");
     const std::optional<Tensor<T>> bias = read_optional(args.bias_path);                          // PyTorch's float attn_mask
     const std::optional<Tensor<T>> key_padding_bias = read_optional(args.key_padding_bias_path);  // (B, Tk)
     const std::optional<Tensor<T>> alibi_slopes = read_optional(args.alibi_path);                 // (H) or (B, H)
@@ -162,8 +161,8 @@ Action add_mha_command(CLI::App& app) {
     allowed->excludes(blocked);
     mha->add_option("--key-padding-blocked", args->key_padding_blocked_path,
                     "Bool (B, Tk), true = padding (nn.MultiheadAttention's key_padding_mask)");
-    add_attention_options(mha, *args, problem_fields);
-    add_attention_options(mha, *args, {"backend", "num_threads"});
+    add_attention_options(mha, *args, problem_option_fields);
+    add_attention_options(mha, *args, execution_option_fields);
     const OptionSpec& key_padding_bias = option_spec("key_padding_bias");
     mha->add_option(key_padding_bias.cli, args->key_padding_bias_path, key_padding_bias.help);
     mha->add_option("--out", args->out_path, "Output (B, Tq, E), in the dtype of x")->required();

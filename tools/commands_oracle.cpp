@@ -58,7 +58,7 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
     cmd->add_option("--v", args.v_path, "Values (..., Tk, Dv), same dtype as q")->required();
     cmd->add_option("--allowed-mask", args.allowed_mask_path,
                     "Bool mask broadcastable to (..., Tq, Tk); true = the query may read the key");
-    add_attention_options(cmd, args, problem_fields);
+    add_attention_options(cmd, args, problem_option_fields);
     cmd->add_option("--tanh-ulps", args.tanh_ulps,
                     "Soft-capping: error of the kernel's tanh in ulps (generic and tiled 4, Highway's; reference 3, "
                     "glibc's measured 2.05; a GPU's tanh.approx needs about 8200 in float)")
@@ -106,11 +106,7 @@ void add_problem_options(CLI::App* cmd, ProblemArgs& args) {
                   "loop): the statistical verdict's row statistic then uses the exact partial sums");
 }
 
-SdpaOptions sdpa_options(const ProblemArgs& args) {
-    SdpaOptions options;
-    static_cast<AttentionOptions&>(options) = args.options("attn");
-    return options;
-}
+SdpaOptions sdpa_options(const ProblemArgs& args) { return args.options<SdpaOptions>("attn"); }
 
 using Inputs = AttentionFiles;
 

@@ -57,8 +57,7 @@ void run_sdpa(const SdpaArgs& args, const AttentionFiles& in) {
     const Tensor<T> q = npy::to_tensor<T>(in.q, args.q_path);  // (..., Tq, Dk)
     const Tensor<T> k = npy::to_tensor<T>(in.k, args.k_path);  // (..., Tk, Dk)
     const Tensor<T> v = npy::to_tensor<T>(in.v, args.v_path);  // (..., Tk, Dv)
-    SdpaOptions options;
-    static_cast<AttentionOptions&>(options) = args.options("sdpa");
+    SdpaOptions options = args.options<SdpaOptions>("sdpa");
     options.return_weights = !args.weights_path.empty() || !args.plot_weights_path.empty();
     const std::optional<Tensor<T>> bias = in.bias_tensor<T>();  // broadcastable to (..., Tq, Tk)
     if (bias) options.bias = *bias;
@@ -105,8 +104,8 @@ Action add_sdpa_command(CLI::App& app) {
     sdpa->add_option("--v", args->v_path, "Values (..., Tk, Dv), same dtype as q")->required();
     sdpa->add_option("--allowed-mask", args->allowed_mask_path,
                      "Bool mask broadcastable to (..., Tq, Tk); true = the query may read the key");
-    add_attention_options(sdpa, *args, problem_fields);
-    add_attention_options(sdpa, *args, {"backend", "num_threads"});
+    add_attention_options(sdpa, *args, problem_option_fields);
+    add_attention_options(sdpa, *args, execution_option_fields);
     sdpa->add_option("--dtype", args->dtype,
                      "Read int16/uint16 inputs as the bits of this 16-bit type (tensor.view(torch.int16).numpy())")
         ->check(CLI::IsMember({"bfloat16", "float16"}));

@@ -26,7 +26,7 @@ std::optional<SlidingWindow> window_from(const std::string& window, const std::s
     return w;
 }
 
-AttentionOptions AttentionArgs::options(const std::string& function) const {
+AttentionOptions AttentionArgs::shared_options(const std::string& function) const {
     AttentionOptions o;
     o.scale = scale;
     o.is_causal = !causal.empty();
@@ -55,7 +55,7 @@ CLI::Option* add_spelt(CLI::App* cmd, const OptionSpec& o, std::string& value) {
 
 }  // namespace
 
-void add_attention_options(CLI::App* cmd, AttentionArgs& args, const std::vector<std::string_view>& fields) {
+void add_attention_options(CLI::App* cmd, AttentionArgs& args, std::span<const std::string_view> fields) {
     for (const std::string_view field : fields) {
         const OptionSpec& o = option_spec(field);
         if (*o.cli == '\0') throw std::logic_error("add_attention_options: " + std::string(field) + " has no flag");

@@ -6,8 +6,8 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
+#include <span>
 #include <string_view>
-#include <vector>
 
 #include "attn/options.hpp"
 
@@ -30,20 +30,21 @@ struct AttentionArgs {
     std::string backend = to_string(AttentionOptions{}.backend);
     int num_threads = AttentionOptions{}.num_threads;
 
-    // The options these values spell (the bias and the slopes are the caller's to set); ConfigError naming
-    // `function` for a value that does not parse.
-    AttentionOptions options(const std::string& function) const;
+    // The options these values spell, as O (SdpaOptions, MhaOptions) with O's own fields at their defaults (the bias
+    // and the slopes are the caller's to set); ConfigError naming `function` for a value that does not parse.
+    template <class O = AttentionOptions>
+    O options(const std::string& function) const {
+        O o;
+        static_cast<AttentionOptions&>(o) = shared_options(function);
+        return o;
+    }
+    AttentionOptions shared_options(const std::string& function) const;
 };
 
 // Registers the option table's rows `fields` (their OptionSpec::field) on `cmd`, bound to `args`: the flag, the
 // help, the default and, for an enumeration, its spellings as the only values allowed. A field without a
 // command-line flag, or one AttentionArgs does not hold, is a std::logic_error (a bug in the command, not input).
-void add_attention_options(CLI::App* cmd, AttentionArgs& args, const std::vector<std::string_view>& fields);
-
-// The fields every attention command takes: the problem (scale, causal rule, window, softcap, bias, slopes, empty
-// rows, finite checks); `attn sdpa` and `attn mha` add the library's backend and threads.
-inline const std::vector<std::string_view> problem_fields = {
-    "bias", "alibi_slopes", "is_causal", "window", "window.alignment", "scale", "softcap", "empty_rows",
-    "check_finite"};
+// Every command takes problem_option_fields; `attn sdpa` and `attn mha` add execution_option_fields.
+void add_attention_options(CLI::App* cmd, AttentionArgs& args, std::span<const std::string_view> fields);
 
 }  // namespace attn::cli

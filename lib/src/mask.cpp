@@ -5,10 +5,6 @@
 
 namespace attn {
 
-const char* to_string(CausalAlignment alignment) {
-    return alignment == CausalAlignment::TopLeft ? "top-left" : "bottom-right";
-}
-
 std::string to_string(const SlidingWindow& window) {
     return "window (" + std::to_string(window.left) + ", " + std::to_string(window.right) + ") " +
            to_string(window.alignment);

@@ -82,6 +82,7 @@ constexpr OptionSpec kTable[] = {
 
 const char* to_string(EmptyRowPolicy policy) { return name_of(policy); }
 const char* to_string(Backend backend) { return name_of(backend); }
+const char* to_string(CausalAlignment alignment) { return name_of(alignment); }  // declared in attn/mask.hpp
 
 double default_scale(Index Dk) { return Dk > 0 ? 1.0 / std::sqrt(static_cast<double>(Dk)) : 1.0; }
 
@@ -110,11 +111,11 @@ std::string remedy_text(const Remedy& remedy, Interface interface) {
 
 Error::Error(const std::string& problem, Remedy remedy)
     : std::runtime_error(problem + "; " + remedy_text(remedy, Interface::Cpp)),
-      remedy_(std::make_shared<const Parts>(Parts{problem, std::move(remedy)})) {}
+      parts_(std::make_shared<const Parts>(Parts{problem, std::move(remedy)})) {}
 
 std::string Error::message(Interface interface) const {
-    if (!remedy_ || interface == Interface::Cpp) return what();
-    return remedy_->problem + "; " + remedy_text(remedy_->remedy, interface);
+    if (!parts_ || interface == Interface::Cpp) return what();
+    return parts_->problem + "; " + remedy_text(parts_->remedy, interface);
 }
 
 }  // namespace attn

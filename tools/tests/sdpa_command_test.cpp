@@ -308,15 +308,12 @@ TEST_CASE("attn sdpa, mha, oracle and check take the option table's flags with i
         const Run help = run_attn(scratch, std::string(command) + " --help");
         INFO(command << "\n" << help.out);
         REQUIRE(help.exit_code == 0);
-        std::vector<std::string> fields = {"bias", "alibi_slopes", "is_causal", "window", "window.alignment",
-                                           "scale", "softcap", "empty_rows", "check_finite"};
-        if (std::string(command) == "sdpa" || std::string(command) == "mha") {
-            fields.push_back("backend");
-            fields.push_back("num_threads");
-        }
-        for (const std::string& field : fields) {
+        std::vector<std::string_view> fields(std::begin(problem_option_fields), std::end(problem_option_fields));
+        if (std::string(command) == "sdpa" || std::string(command) == "mha")
+            fields.insert(fields.end(), std::begin(execution_option_fields), std::end(execution_option_fields));
+        for (const std::string_view field : fields) {
             const OptionSpec& o = option_spec(field);
-            INFO(field);
+            INFO(std::string(field));
             CHECK(help.out.find(std::string(o.cli) + " ") != std::string::npos);
             // CLI11 wraps long help; the first words are on the flag's line.
             CHECK(help.out.find(std::string(o.help).substr(0, 20)) != std::string::npos);

@@ -30,14 +30,14 @@ public:
 
     // The message in an interface's terms: what() for C++, the remedy spelled for the command line or Python.
     std::string message(Interface interface) const;
-    const Remedy* remedy() const { return remedy_ ? &remedy_->remedy : nullptr; }
+    const Remedy* remedy() const { return parts_ ? &parts_->remedy : nullptr; }
 
 private:
     struct Parts {
         std::string problem;
         Remedy remedy;
     };
-    std::shared_ptr<const Parts> remedy_;  // shared: copying an exception must not throw
+    std::shared_ptr<const Parts> parts_;  // null without a remedy; shared: copying an exception must not throw
 };
 
 // Ranks, sizes or broadcasting do not fit (e.g. q has Dk=64 but k has Dk=32).

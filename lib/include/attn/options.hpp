@@ -173,6 +173,13 @@ struct OptionSpec {
     bool cli_negates = false;
 };
 
+// The fields every attention entry point takes (the problem: what the oracle's answer depends on), and those only
+// the library's own calls add (how it runs), by OptionSpec::field.
+inline constexpr std::string_view problem_option_fields[] = {
+    "bias", "alibi_slopes", "is_causal", "window", "window.alignment", "scale", "softcap", "empty_rows",
+    "check_finite"};
+inline constexpr std::string_view execution_option_fields[] = {"backend", "num_threads"};
+
 // The table, in the order the commands list them.
 std::span<const OptionSpec> option_table();
 // The row of `field`; std::logic_error when the table has none (a misspelt field in the code is a bug, not input).
