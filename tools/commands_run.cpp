@@ -51,18 +51,23 @@ struct RunOptions {
     bool full = false;
 };
 
-// The same suite built with ASan + UBSan (preset debug-asan, build/debug-asan), without the long-running
-// labels: under the sanitizers the properties and mutants would take most of CI's budget, and the fuzz smoke run
-// is the same clang ASan/UBSan build and seed that the plain `attn test` already ran. The documentation's examples
-// (label docs) run the release launcher and a plain consumer build, not this build, so they too run only in `attn test`;
-// the example kernels (label examples) are property-suite runs on plugins (the host side of plugins runs here in
-// attn_kernel_process_test). Of the tests forced onto each SIMD target (label simd), the scalar fallback and the
-// narrowest vectors (SSE4, 4 lanes) run, beside the plain test on the CPU's own target (the widest): the others differ
-// from these in width alone, and would add a sixth of the stage's time.
-std::string sanitizer_command(const std::string& label) {
+// The suite built with ASan + UBSan, without the long-running labels: under the sanitizers the properties and
+// mutants would take most of CI's budget, and the fuzz smoke run is the same clang ASan/UBSan build and seed that
+// `attn verify` runs. Preset debug-asan (`attn test --sanitizers`, CI) builds the library, io, the oracle, the
+// plugins and the fuzz replays with their tests; debug-asan-full (`attn test --sanitizers --full`, `attn verify
+// --full`) adds the property suite, the report generator and the attn program, whose own tests (commands, reports,
+// the backends fuzz replay, an external kernel through the suite) then run under the sanitizers too: the code they
+// add is the project's harness, and compiling it twice more would take a third of CI's time. The documentation's
+// examples (label docs) run the release launcher and a plain consumer build, not this build, so they run only in
+// `attn test`; the example kernels (label examples) are property-suite runs on plugins (the host side of plugins
+// runs here in attn_kernel_process_test). Of the tests forced onto each SIMD target (label simd), the scalar
+// fallback and the narrowest vectors (SSE4, 4 lanes) run, beside the plain test on the CPU's own target (the
+// widest): the others differ from these in width alone, and would add a sixth of the stage's time.
+std::string sanitizer_command(const std::string& label, bool full) {
     const std::string src = std::string("'") + ATTN_SOURCE_DIR + "'";
-    return "cd " + src + " && cmake --preset debug-asan >/dev/null && cmake --build --preset debug-asan -j " + jobs() +
-           " && ctest --preset debug-asan -j " + jobs() + " " +
+    const std::string preset = full ? "debug-asan-full" : "debug-asan";
+    return "cd " + src + " && cmake --preset " + preset + " >/dev/null && cmake --build --preset " + preset + " -j " +
+           jobs() + " && ctest --preset " + preset + " -j " + jobs() + " " +
            (label.empty() ? "-LE 'properties|slow|fuzz-smoke|docs|examples' -E '_simd_(AVX3_DL|AVX3|AVX2|SSSE3)$'"
                           : "-L '" + label + "'");
 }
@@ -87,16 +92,21 @@ Action add_run_commands(CLI::App& app) {
     auto* test = app.add_subcommand("test", "Run the test suite (ctest): unit tests, oracle, properties, replays");
     test->add_option("-L,--label", opts.label, "Only tests with this ctest label");
     test->add_flag("--sanitizers", opts.sanitizers,
-                   "Build and run the suite under ASan + UBSan (build/debug-asan), except properties and mutants");
+                   "Build and run the library's tests under ASan + UBSan (build/debug-asan), except properties and "
+                   "mutants");
+    test->add_flag("--full", opts.full,
+                   "With --sanitizers: the attn program, reports and property suite too (build/debug-asan-full); "
+                   "without: the fuzz-smoke tests too");
     auto* verify = app.add_subcommand("verify", "The main job: tests, properties, mutants, fuzzing, report");
     verify->add_flag("--full", opts.full,
                      "Run the long versions (thorough properties, longer fuzzing, coverage, full report)");
     return [&app, test, verify]() -> int {
         if (test->parsed()) {
-            if (opts.sanitizers) return run(sanitizer_command(opts.label));
+            if (opts.sanitizers) return run(sanitizer_command(opts.label, opts.full));
             // The tests that build the clang fuzz preset (label fuzz-smoke: a second build of the library and a
             // libFuzzer run of every target, a third of the suite's time) run in `attn verify`, beside its fuzzing.
-            return run(ctest_command(opts.label.empty() ? "-LE fuzz-smoke" : "-L '" + opts.label + "'"));
+            if (!opts.label.empty()) return run(ctest_command("-L '" + opts.label + "'"));
+            return run(ctest_command(opts.full ? "" : "-LE fuzz-smoke"));
         }
         if (!verify->parsed()) return not_mine;
 
@@ -112,6 +122,8 @@ Action add_run_commands(CLI::App& app) {
         };
         // The nightly run measures coverage (minutes in its own build) before the report, which shows the summary.
         if (opts.full) stages.insert(stages.end() - 1, {"coverage", "coverage", self + " coverage"});
+        // And every test but the long ones under the sanitizers, the harness included (CI builds the library's part).
+        if (opts.full) stages.insert(stages.end() - 1, {"sanitizers", "", sanitizer_command("", true)});
         // And a sample of the source mutants (a subset of the committed run's; its summary stays in build/mutate).
         if (opts.full)
             stages.insert(stages.end() - 1, {"source mutation", "mutate",
