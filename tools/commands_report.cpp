@@ -23,7 +23,7 @@ namespace {
 struct ReportSettings {
     bool quick = false, full = false, check = false, update_baseline = false, no_plots = false, no_mutants = false;
     std::string grid;
-    std::string out_dir;  // empty: reports/latest, or build/<preset>/report-filter under --filter
+    std::string out_dir;  // empty: <build dir>/report, or <build dir>/report-filter under --filter
     std::string filter;
     std::string baseline;  // empty: reports/baselines/<fingerprint id>.json
     std::vector<std::string> impls;
@@ -49,8 +49,8 @@ Action add_report_command(CLI::App& app) {
     report->add_flag("--update-baseline", settings->update_baseline,
                      "Make this run the baseline of this machine's fingerprint (or write it to --baseline FILE)");
     report->add_option("--out", settings->out_dir,
-                       "Directory for accuracy.md, accuracy.json, index.html, plots/ (default: reports/latest; with "
-                       "--filter, report-filter/ in the build directory)");
+                       "Directory for accuracy.md, accuracy.json, index.html, plots/ (default: report/ in the build "
+                       "directory, build/release/report; with --filter, report-filter/ beside it)");
     report->add_option("--filter", settings->filter,
                        "Only the rows whose config string is this one, or has these fields (e.g. "
                        "'impl=tiled,mask=causal-br,dtype=float'; alternatives separated by '|'); drift compares only "
@@ -77,7 +77,7 @@ Action add_report_command(CLI::App& app) {
                        : s.grid.empty() ? report::GridKind::Full
                                         : report::grid_from_string(s.grid);
         options.out_dir = !s.out_dir.empty()  ? s.out_dir
-                          : s.filter.empty() ? std::string(ATTN_SOURCE_DIR) + "/reports/latest"
+                          : s.filter.empty() ? std::string(ATTN_BINARY_DIR) + "/report"
                                              : std::string(ATTN_BINARY_DIR) + "/report-filter";
         options.filter = s.filter;
         options.baselines_dir = baselines_dir();
@@ -88,7 +88,7 @@ Action add_report_command(CLI::App& app) {
         options.mutant_sweep = !s.no_mutants;
         options.mutant_table = !s.no_mutants;
         options.jobs = s.jobs;
-        options.artifact_dirs = {options.out_dir, std::string(ATTN_SOURCE_DIR) + "/reports/latest", ATTN_BINARY_DIR,
+        options.artifact_dirs = {options.out_dir, ATTN_BINARY_DIR,
                                  std::string(ATTN_BINARY_DIR) + "/bench", std::string(ATTN_BINARY_DIR) + "/fuzz",
                                  std::string(ATTN_SOURCE_DIR) + "/build/fuzz"};
         options.project_root = ATTN_SOURCE_DIR;

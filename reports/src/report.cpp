@@ -686,6 +686,17 @@ Document make_document(const ReportOptions& options, const ReportRun& run, const
     return doc;
 }
 
+// The summary committed beside a recorded baseline (reports/baselines/<id>.md): the run's headline tables, small
+// enough to review in a diff, where the full report stays in the build directory.
+Document summary_document(const ReportOptions& options, const ReportRun& run, const std::vector<GradientRow>& gradients) {
+    Document doc{"attn accuracy summary: fingerprint " + run.fingerprint.id(), {}};
+    doc.sections.push_back(summary_section(options, run.rows, run.summaries));
+    if (!gradients.empty()) doc.sections.push_back(gradients_section(gradients));
+    if (!run.skipped.empty()) doc.sections.push_back(skipped_section(run.skipped));
+    doc.sections.push_back(machine_section(run.fingerprint));
+    return doc;
+}
+
 // Step 8: the plain log (summaries, every failed and regressed row with its reproduction, what was written); the
 // exit code --check asks for.
 int write_log(const ReportOptions& options, const ReportRun& run, const fs::path& out_dir, const fs::path& json_path,
@@ -740,7 +751,8 @@ int write_log(const ReportOptions& options, const ReportRun& run, const fs::path
         << json_path.string() << ", " << plots.plots.size() << " plots\n";
     for (const std::string& p : plots.problems) log << "warning: " << p << "\n";
     if (options.update_baseline && !baseline_path.empty())
-        log << "baseline for fingerprint " << fingerprint << " written: " << baseline_path << "\n";
+        log << "baseline for fingerprint " << fingerprint << " written: " << baseline_path << " (and its summary, "
+            << fs::path(baseline_path).replace_extension(".md").string() << ")\n";
 
     if (options.check && (failed > 0 || !run.drift.regressions.empty())) {
         log << "attn report --check: FAILED (" << failed << " failed rows, " << run.drift.regressions.size()
@@ -857,7 +869,11 @@ ReportRun run_report(const ReportOptions& options, const std::vector<const suite
     if (!options.update_baseline && !baseline_path.empty() && same_file(json_path, baseline_path))
         json_path = out_dir / "accuracy.new.json";
     write_text(json_path, json_text);
-    if (options.update_baseline && !baseline_path.empty()) write_text(baseline_path, json_text);
+    if (options.update_baseline && !baseline_path.empty()) {
+        write_text(baseline_path, json_text);
+        write_text(fs::path(baseline_path).replace_extension(".md"),
+                   render_markdown(summary_document(options, run, gradients)));
+    }
     write_text(out_dir / "accuracy.md", render_markdown(doc));
     write_text(out_dir / "index.html", render_html(doc, out_dir.string()));
 
