@@ -37,6 +37,7 @@ struct FuzzSettings {
     bool mutants = false;
     double mutant_seconds = 60;
     bool no_build = false;
+    bool merge_corpus = false;
     std::string build_dir;  // default <source>/build/fuzz
     std::string kernel;     // an external kernel library (attn/kernel_abi.h) to fuzz instead of the library
     std::string cases_dir = "attn-cases";
@@ -92,10 +93,20 @@ std::string fingerprint_text(const std::string& separator) {
     return out;
 }
 
+std::size_t count_files(const fs::path& dir) {
+    std::size_t n = 0;
+    if (fs::exists(dir))
+        for (const auto& entry : fs::directory_iterator(dir)) n += entry.is_regular_file();
+    return n;
+}
+
 struct Paths {
     fs::path source, release, fuzz_build;
     // With an external kernel: its library, and the directory its corpus, findings and figures go to (attn's own
     // corpus and regressions are attn's: they only seed the kernel's corpus).
+    // The committed corpus (fuzz/corpus) is read, never written by a fuzzing run: what a run finds grows a corpus
+    // outside git (build/fuzz/corpus, or the kernel's), and `attn fuzz --merge-corpus` adds to the committed one
+    // the units of it that reach something the committed one does not.
     fs::path kernel, kernel_dir;
     fs::path fuzzer(const std::string& target) const { return fuzz_build / "fuzz" / ("fuzz_" + target); }
     // The fuzzer as a shell command: the kernel, when there is one, chosen through the environment.
@@ -104,7 +115,11 @@ struct Paths {
     }
     fs::path committed_corpus(const std::string& target) const { return source / "fuzz" / "corpus" / target; }
     fs::path corpus(const std::string& target) const {
-        return kernel.empty() ? committed_corpus(target) : kernel_dir / "fuzz-corpus" / target;
+        return kernel.empty() ? fuzz_build / "corpus" / target : kernel_dir / "fuzz-corpus" / target;
+    }
+    // Both, as libFuzzer's corpus arguments after the one new units go to.
+    std::string corpora(const std::string& target) const {
+        return quote(corpus(target)) + " " + quote(committed_corpus(target));
     }
     fs::path dict(const std::string& target) const { return source / "fuzz" / "dict" / (target + ".dict"); }
     fs::path regressions(const std::string& target) const {
@@ -196,14 +211,13 @@ TargetReport fuzz_target(const Paths& paths, const std::string& target, const Fu
     const int seconds = std::max(1, static_cast<int>(s.minutes * 60));
     std::cout << "attn fuzz: " << target << " for " << seconds << " s on " << s.jobs << " worker(s), log in " << work
               << "\n";
-    // New units go to `fresh` (the first corpus dir); the committed corpus is read, then merged into at the end.
+    // New units go to `fresh` (the first corpus dir); the grown and the committed corpus are read, and the units
+    // of `fresh` that add coverage are merged into the grown one at the end.
     const auto t0 = std::chrono::steady_clock::now();
-    // An external kernel's corpus starts from attn's committed one, read only.
-    const std::string seeds = paths.kernel.empty() ? "" : " " + quote(paths.committed_corpus(target));
     run("cd " + quote(work) + " && " + paths.fuzzer_command(target) + common_flags(paths, target) +
         " -max_total_time=" + std::to_string(seconds) + " -jobs=" + std::to_string(s.jobs) +
         " -workers=" + std::to_string(s.jobs) + " -artifact_prefix=" + quote(artifacts) + "/ " + quote(fresh) + " " +
-        quote(paths.corpus(target)) + seeds + " > /dev/null 2>&1");
+        paths.corpora(target) + " > /dev/null 2>&1");
     report.seconds = seconds_since(t0);
     for (const auto& entry : fs::directory_iterator(work)) {
         if (entry.path().extension() != ".log") continue;
@@ -217,14 +231,13 @@ TargetReport fuzz_target(const Paths& paths, const std::string& target, const Fu
             " " + quote(fresh));
     for (const auto& entry : fs::directory_iterator(artifacts))
         report.findings.push_back(save_finding(paths, target, entry.path()).string());
-    // Coverage reached: the merged corpus replayed once.
+    // Coverage reached: both corpora replayed once.
     const std::string stats =
-        capture("cd " + quote(work) + " && " + paths.fuzzer_command(target) + " -runs=0 " + quote(paths.corpus(target)))
+        capture("cd " + quote(work) + " && " + paths.fuzzer_command(target) + " -runs=0 " + paths.corpora(target))
             .second;
     report.coverage = last_number_after(stats, "cov:");
     report.features = last_number_after(stats, "ft:");
-    for (const auto& entry : fs::directory_iterator(paths.corpus(target)))
-        if (entry.is_regular_file()) ++report.corpus_files;
+    report.corpus_files = static_cast<double>(count_files(paths.corpus(target)) + count_files(paths.committed_corpus(target)));
     return report;
 }
 
@@ -236,14 +249,12 @@ int smoke(const Paths& paths, const std::vector<std::string>& targets, int runs,
         const fs::path scratch = paths.fuzz_build / "smoke" / target;
         fs::remove_all(scratch);
         fs::create_directories(scratch / "new");
-        std::size_t corpus_files = 0;
-        if (fs::exists(paths.corpus(target)))
-            for (const auto& entry : fs::directory_iterator(paths.corpus(target))) corpus_files += entry.is_regular_file();
+        const std::size_t corpus_files = count_files(paths.committed_corpus(target));
         const auto [rc, output] =
             capture("cd " + quote(scratch) + " && " + quote(paths.fuzzer(target)) + common_flags(paths, target) +
                     " -seed=1 -runs=" + std::to_string(corpus_files + static_cast<std::size_t>(runs)) +
                     " -max_total_time=" + std::to_string(static_cast<int>(cap_seconds)) + " -artifact_prefix=" +
-                    quote(scratch) + "/ " + quote(scratch / "new") + " " + quote(paths.corpus(target)));
+                    quote(scratch) + "/ " + quote(scratch / "new") + " " + quote(paths.committed_corpus(target)));
         std::printf("  %-16s %s  %8.0f execs  %6.0f execs/s  cov %g\n", target.c_str(), rc == 0 ? "ok    " : "FAILED",
                     last_number_after(output, "stat::number_of_executed_units:"),
                     last_number_after(output, "stat::average_exec_per_sec:"), last_number_after(output, "cov:"));
@@ -260,6 +271,35 @@ int smoke(const Paths& paths, const std::vector<std::string>& targets, int runs,
         std::cout << "  leak check FAILED (exit " << leak_rc << ")\n";
     }
     return failures == 0 ? 0 : 1;
+}
+
+// The grown corpus into the committed one: libFuzzer's merge adds the units that reach features the committed corpus
+// does not, and nothing else; the grown corpus stays (the next run still reads it).
+int merge_corpus(const Paths& paths, const std::vector<std::string>& targets) {
+    std::size_t added = 0;
+    for (const std::string& target : targets) {
+        const std::size_t grown = count_files(paths.corpus(target)), before = count_files(paths.committed_corpus(target));
+        if (grown == 0) {
+            std::printf("  %-16s nothing grown in %s\n", target.c_str(), paths.corpus(target).c_str());
+            continue;
+        }
+        const fs::path work = paths.fuzz_build / "merge" / target;
+        fs::remove_all(work);
+        fs::create_directories(work);
+        fs::create_directories(paths.committed_corpus(target));
+        const auto [rc, output] = capture("cd " + quote(work) + " && " + quote(paths.fuzzer(target)) + " -merge=1 " +
+                                          quote(paths.committed_corpus(target)) + " " + quote(paths.corpus(target)));
+        if (rc != 0) {
+            std::cout << "attn fuzz: merging " << target << " failed (exit " << rc << "):\n" << output;
+            return 1;
+        }
+        const std::size_t after = count_files(paths.committed_corpus(target));
+        std::printf("  %-16s %zu of %zu grown units added (%zu -> %zu)\n", target.c_str(), after - before, grown, before,
+                    after);
+        added += after - before;
+    }
+    std::cout << "attn fuzz: " << added << " units added to fuzz/corpus" << (added ? "; commit them" : "") << "\n";
+    return 0;
 }
 
 // Each mutant under the sdpa and backends targets for a bounded time: killed or not, after how many execs and
@@ -289,7 +329,7 @@ int mutant_table(const Paths& paths, const std::vector<std::string>& targets, do
                 "cd " + quote(scratch) + " && ATTN_FUZZ_IMPL='" + name + "' " + quote(paths.fuzzer(target)) +
                 common_flags(paths, target) + " -seed=1 -max_total_time=" + std::to_string(static_cast<int>(seconds)) +
                 " -exact_artifact_path=" + quote(scratch / "kill") + " " + quote(scratch / "new") + " " +
-                quote(paths.corpus(target)));
+                quote(paths.committed_corpus(target)));
             const double elapsed = seconds_since(t0);
             const bool killed = rc != 0 && fs::exists(scratch / "kill");
             killed_by_any = killed_by_any || killed;
@@ -336,6 +376,9 @@ Action add_fuzz_command(CLI::App& app) {
     fuzz->add_flag("--mutants", settings.mutants, "Run every mutant under the sdpa and backends targets");
     fuzz->add_option("--mutant-seconds", settings.mutant_seconds, "Time budget per mutant and target");
     fuzz->add_flag("--no-build", settings.no_build, "Use the fuzz build as it is");
+    fuzz->add_flag("--merge-corpus", settings.merge_corpus,
+                   "Add to the committed corpus (fuzz/corpus) the units of the grown one (build/fuzz/corpus) that reach "
+                   "what it does not; fuzzing runs never write fuzz/corpus");
     fuzz->add_option("--build-dir", settings.build_dir, "The fuzz preset's build directory (default build/fuzz)");
     fuzz->add_option("--kernel", settings.kernel,
                      "Fuzz an external kernel (attn/kernel_abi.h) under the sdpa and backends targets instead of the "
@@ -390,6 +433,13 @@ Action add_fuzz_command(CLI::App& app) {
         }
         if (s.smoke) return smoke(paths, targets, s.smoke_runs, s.smoke_cap_seconds);
         if (s.mutants) return mutant_table(paths, targets, s.mutant_seconds);
+        if (s.merge_corpus) {
+            if (!paths.kernel.empty()) {
+                std::cerr << "attn fuzz: --merge-corpus merges attn's own corpus; a kernel's stays in its directory\n";
+                return 2;
+            }
+            return merge_corpus(paths, targets);
+        }
         std::vector<TargetReport> reports;
         for (const std::string& target : targets) reports.push_back(fuzz_target(paths, target, s));
         std::cout << "\nattn fuzz summary (" << s.jobs << " worker(s) per target, fingerprint "
