@@ -27,7 +27,7 @@ AttentionFiles read_attention_files(const std::string& command, const std::strin
                                     const std::string& dtype_option, const std::string& bias_path,
                                     const std::string& alibi_path) {
     AttentionFiles in{read_float_file(q_path, dtype_option), read_float_file(k_path, dtype_option),
-                      read_float_file(v_path, dtype_option), std::nullopt};
+                      read_float_file(v_path, dtype_option), std::nullopt, std::nullopt, std::nullopt, {}, {}};
     if (in.q.dtype != in.k.dtype || in.q.dtype != in.v.dtype)
         throw ConfigError(command + ": q, k and v must share a dtype: " + describe("q", q_path, in.q) + ", " +
                           describe("k", k_path, in.k) + ", " + describe("v", v_path, in.v));

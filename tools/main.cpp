@@ -53,20 +53,31 @@ int main(int argc, char** argv) {
     std::string simd_target;
     app.add_option("--simd-target", simd_target,
                    "Run the tiled kernel on this SIMD target (attn info lists them); child processes inherit it");
-    // One line per command family; each action answers not_mine unless its subcommand was parsed.
-    const std::vector<attn::cli::Action> actions = {
-        attn::cli::add_run_commands(app),
-        attn::cli::add_report_command(app),
-        attn::cli::add_properties_commands(app),
-        attn::cli::add_sdpa_command(app),
-        attn::cli::add_oracle_commands(app),
-        attn::cli::add_mha_command(app),
-        attn::cli::add_bench_command(app),
-        attn::cli::add_fuzz_command(app),
-        attn::cli::add_info_command(app),
-        attn::cli::add_coverage_command(app),
-        attn::cli::add_mutate_command(app),
+    // One line per command family; each action answers not_mine unless its subcommand was parsed. `attn --help`
+    // lists them in two groups: the commands for attention and for checking a kernel (tools/), and the project's
+    // harness, how attn measures and mutates itself (tools/workshop/).
+    std::vector<attn::cli::Action> actions;
+    const auto family = [&](attn::cli::Action (*add)(CLI::App&), const char* group) {
+        const std::size_t before = app.get_subcommands([](CLI::App*) { return true; }).size();
+        actions.push_back(add(app));
+        const std::vector<CLI::App*> all = app.get_subcommands([](CLI::App*) { return true; });
+        for (std::size_t i = before; i < all.size(); ++i) all[i]->group(group);
     };
+    const char* commands = "Commands";
+    const char* harness = "Project harness (tools/workshop)";
+    family(attn::cli::add_run_commands, commands);
+    family(attn::cli::add_sdpa_command, commands);
+    family(attn::cli::add_mha_command, commands);
+    family(attn::cli::add_oracle_commands, commands);
+    family(attn::cli::add_properties_commands, commands);
+    family(attn::cli::add_report_command, commands);
+    family(attn::cli::add_fuzz_command, commands);
+    family(attn::cli::add_info_command, commands);
+    family(attn::cli::add_bench_command, harness);
+    family(attn::cli::add_coverage_command, harness);
+    family(attn::cli::add_mutate_command, harness);
+    // Two harness commands share their files with the user's: the oracle's self-check and the mutant table.
+    for (const char* name : {"oracle-sweep", "mutants"}) app.get_subcommand(name)->group(harness);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -415,7 +415,7 @@ void divide_lanes_any_width(T* a, const T* l, Index Dv, Index nr, char* over) {
 }
 
 // tanh of float lanes y with |y| <= tanh_float_limit: y P(y^2) / Q(y^2), a rational approximation of tanh y / y
-// in y^2 fitted to relative error 2.1e-8 on [0, 9.02] (tools/fit_tanh.py: least squares reweighted toward the
+// in y^2 fitted to relative error 2.1e-8 on [0, 9.02] (tools/workshop/fit_tanh.py: least squares reweighted toward the
 // minimax), Horner in float (fused where the target has FMA). About four times as fast as Highway's Tanh (an
 // Expm1 and a division) and within tiled_tanh_max_ulps: every float argument in [2^-13, 16] is checked on every
 // target (lib/tests/tiled_test.cpp); below 2^-13 P and Q round to 1, so the result is y, within 1 ulp of tanh y.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/gcov_throw_marks.py under gcovr, on a program with a template instance that never runs.
+"""tools/workshop/gcov_throw_marks.py under gcovr, on a program with a template instance that never runs.
 
 A template whose one line both tests and throws (its message built with string calls, each with an exception
 edge) is instantiated twice, with the same code in both (gcovr merges a line's branches across instances by their
@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WRAPPER = os.path.join(HERE, "..", "gcov_throw_marks.py")
+WRAPPER = os.path.join(HERE, "..", "workshop", "gcov_throw_marks.py")
 PROGRAM = r"""
 #include <stdexcept>
 #include <string>

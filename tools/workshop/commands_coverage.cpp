@@ -31,10 +31,10 @@ const std::vector<std::string> measured_folders = {"lib/src/", "oracle/src/"};
 // gcovr's branch exclusions (suite/README.md, "Coverage", says why each is sound).
 const std::vector<std::string> gcovr_exclusions = {"--exclude-throw-branches", "--exclude-unreachable-branches"};
 
-// The gcov gcovr runs: gcov itself, whose text output tools/gcov_throw_marks.py gives the `(throw)` marks of the
+// The gcov gcovr runs: gcov itself, whose text output tools/workshop/gcov_throw_marks.py gives the `(throw)` marks of the
 // exception edges in code that never ran (gcovr 5.2 reads the text, where gcov leaves them out; its JSON has them).
 std::string gcov_executable(const fs::path& source) {
-    return "/usr/bin/python3 " + (source / "tools" / "gcov_throw_marks.py").string();
+    return "/usr/bin/python3 " + (source / "tools" / "workshop" / "gcov_throw_marks.py").string();
 }
 
 // The two runs: the property suite alone (ctest label `properties`), then the fuzz corpus replays on top (label
@@ -133,7 +133,7 @@ std::string summary_markdown(const json& summary) {
     o << "# Coverage of lib/src and oracle/src\n\n"
       << "Written by `attn coverage` (g++ `--coverage -O0`, preset `coverage`; gcovr " << summary.at("gcovr_version").get<std::string>()
       << " with `" << summary.at("gcovr_exclusions")[0].get<std::string>() << "` and `"
-      << summary.at("gcovr_exclusions")[1].get<std::string>() << "`, through `tools/gcov_throw_marks.py`, which "
+      << summary.at("gcovr_exclusions")[1].get<std::string>() << "`, through `tools/workshop/gcov_throw_marks.py`, which "
       << "marks the exception edges of code that never ran as gcov's JSON does; suite/README.md says why). Lines and branches "
       << "covered / total, by the property suite alone (`ctest -L properties`) and with the fuzz corpus replays "
       << "(`ctest -L fuzz`) added. The HTML report with a page per file is `reports/coverage/index.html`.\n\n"

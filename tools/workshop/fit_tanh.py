@@ -8,7 +8,7 @@ conditioning and scaled back at the end. Prints the coefficients (constant term 
 relative error. The kernel evaluates them in float; what counts is the error measured there, at every float argument
 (lib/tests/tiled_test.cpp), which the rounding of the evaluation dominates (this fit's error is about 0.36 ulp).
 
-Usage: /usr/bin/python3 tools/fit_tanh.py
+Usage: /usr/bin/python3 tools/workshop/fit_tanh.py
 """
 import numpy as np
 
