@@ -65,23 +65,23 @@ ErrorModel tiled_model(Index key_block) {
 }
 
 ErrorModel library_tiled_model(Index key_block) {
+    // The facts attn/tiled.hpp states of the kernel, each read as it is: no claim about the kernel is made here.
+    const TiledKernelInfo& k = tiled_kernel_info;
     ErrorModel m = tiled_model(key_block);
-    m.exp_ulps = tiled_kernel_info.exp_max_ulps;
-    m.tanh_ulps = tiled_kernel_info.tanh_max_ulps;
-    m.scale_folded_into_q = tiled_kernel_info.scale_folded_into_q;
-    m.block_partial_sums = tiled_kernel_info.block_partial_sums;
-    m.scale_roundings = 1;  // static_cast<T>(scale), applied as the micro-kernel's alpha
-    // lib/src/sdpa_tiled.cpp: p = Exp(s - m_new), c = Exp(m - m_new), out = acc / l, on the CPU.
-    m.shift_roundings = 1;
-    m.rounded_max_shift = false;
-    m.stale_max = 0;
-    m.split_kv = false;
-    m.reciprocal_normalisation = false;
-    m.gradual_underflow = true;
-    m.inputs_flushed = false;
-    // The backward (attn/tiled.hpp, TiledBackwardInfo): P = Exp(fl(s - lse)), D = fl(dout . out).
-    m.backward_weights_from_lse = true;
-    m.backward_d_from_output = true;
+    m.exp_ulps = k.exp_max_ulps;
+    m.tanh_ulps = k.tanh_max_ulps;
+    m.scale_folded_into_q = k.scale_folded_into_q;
+    m.block_partial_sums = k.block_partial_sums;
+    m.scale_roundings = k.scale_roundings;
+    m.shift_roundings = k.shift_roundings;
+    m.rounded_max_shift = k.rounded_max_shift;
+    m.stale_max = k.stale_max;
+    m.split_kv = k.split_kv;
+    m.reciprocal_normalisation = k.reciprocal_normalisation;
+    m.gradual_underflow = k.gradual_underflow;
+    m.inputs_flushed = k.inputs_flushed;
+    m.backward_weights_from_lse = tiled_backward_info.weights_from_lse;
+    m.backward_d_from_output = tiled_backward_info.d_from_output;
     return m;
 }
 

@@ -6,7 +6,8 @@
 namespace attn {
 
 // How backend `tiled` computes softmax(scale * q k^T) v, as far as rounding is concerned. The oracle's
-// ErrorModel for this backend is built from these numbers (oracle::tiled_model).
+// ErrorModel for this backend, oracle::library_tiled_model, is these facts and nothing else: each field below is
+// one claim about the kernel (lib/src/sdpa_tiled.cpp), read there field by field.
 //
 // Per (batch element, block of query_block query rows), the readable keys (those some query may read, gathered
 // in ascending order) are visited in blocks of key_block keys, blocks starting at readable key 0:
@@ -35,6 +36,21 @@ struct TiledKernelInfo {
     // joined to them by one rounding each, so a term meets at most key_block - 1 additions in its own block and one
     // per block after it (oracle/BOUNDS.md section 3, "Blocked sums").
     bool block_partial_sums;
+    // Step 1's scale: static_cast<T>(scale), applied once as the micro-kernel's alpha (one rounding of the scale).
+    Index scale_roundings;
+    // Step 3's exponent s_j - m_new: one rounding (a subtraction on the CPU; no fused log2(e) multiply, no exp2).
+    Index shift_roundings;
+    // Step 2's max is exact (a max of rounded logits, not itself rounded to a coarser grid before the shift).
+    bool rounded_max_shift;
+    // The running max is rescaled whenever a logit exceeds it (no lazy rescaling: exps of arguments <= 0 only).
+    double stale_max;
+    // One pass over the keys per row: no split-KV partial results combined through their log-sum-exps.
+    bool split_kv;
+    // Step 6 divides by l (no reciprocal 1 / l multiplied in).
+    bool reciprocal_normalisation;
+    // Subnormal inputs and intermediates are kept as they are (no flush-to-zero, no denormals-are-zero).
+    bool gradual_underflow;
+    bool inputs_flushed;
     // Online-softmax rescalings per row (at most one per key block the row visits): ceil(readable keys / key_block).
     constexpr Index rescalings(Index readable_keys) const { return (readable_keys + key_block - 1) / key_block; }
 };
@@ -55,8 +71,20 @@ inline constexpr double tiled_tanh_max_ulps = 6.0;
 inline constexpr Index tiled_query_block = 128;
 inline constexpr Index tiled_key_block = 256;
 
-inline constexpr TiledKernelInfo tiled_kernel_info{tiled_query_block, tiled_key_block, tiled_exp_max_ulps,
-                                                  tiled_tanh_max_ulps, false, true};
+inline constexpr TiledKernelInfo tiled_kernel_info{.query_block = tiled_query_block,
+                                                  .key_block = tiled_key_block,
+                                                  .exp_max_ulps = tiled_exp_max_ulps,
+                                                  .tanh_max_ulps = tiled_tanh_max_ulps,
+                                                  .scale_folded_into_q = false,
+                                                  .block_partial_sums = true,
+                                                  .scale_roundings = 1,
+                                                  .shift_roundings = 1,
+                                                  .rounded_max_shift = false,
+                                                  .stale_max = 0,
+                                                  .split_kv = false,
+                                                  .reciprocal_normalisation = false,
+                                                  .gradual_underflow = true,
+                                                  .inputs_flushed = false};
 
 // How backend `tiled` computes the backward pass (attn::sdpa_backward; FlashAttention-2's algorithm), as far as
 // rounding is concerned. The oracle's ErrorModel fields backward_weights_from_lse and backward_d_from_output describe
@@ -74,8 +102,11 @@ inline constexpr TiledKernelInfo tiled_kernel_info{tiled_query_block, tiled_key_
 struct TiledBackwardInfo {
     Index query_block;
     Index key_block;
+    bool weights_from_lse;  // step 3: P recomputed from the forward's saved lse, not by the forward's softmax
+    bool d_from_output;     // step 1: D from the forward's saved output, not rowsum(P * dP)
 };
 // Blocks: the score and dP tiles (128 x 128 each, 64 KiB in float) stay in L2 with the q, dout, k and v blocks.
-inline constexpr TiledBackwardInfo tiled_backward_info{128, 128};
+inline constexpr TiledBackwardInfo tiled_backward_info{
+    .query_block = 128, .key_block = 128, .weights_from_lse = true, .d_from_output = true};
 
 }  // namespace attn
