@@ -1,12 +1,12 @@
 // MultiHeadAttention: parameters, projections through detail::gemm (BLIS), and forward: validation, the contract
-// checks (attn/detail/problem.hpp), the head path (mha_heads.cpp), the output projection.
+// checks (attn/detail/mha_problem.hpp), the head path (mha_heads.cpp), the output projection.
 #include "attn/mha.hpp"
 
 #include <cmath>
 #include <string>
 #include <utility>
 
-#include "attn/detail/problem.hpp"
+#include "attn/detail/mha_problem.hpp"
 #include "attn/detail/splitmix64.hpp"
 #include "backends.hpp"
 #include "gemm.hpp"

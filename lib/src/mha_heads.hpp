@@ -1,11 +1,11 @@
 // Internal: the MHA head path after validation (split -> SDPA over (B, H) -> merge, dropout), shared by
-// MultiHeadAttention and multi_head_sdpa. The contracts it relies on are in attn/detail/problem.hpp.
+// MultiHeadAttention and multi_head_sdpa. The contracts it relies on are in attn/detail/mha_problem.hpp.
 #pragma once
 
 #include <optional>
 #include <string>
 
-#include "attn/detail/problem.hpp"
+#include "attn/detail/mha_problem.hpp"
 #include "attn/mha.hpp"
 
 namespace attn::detail {

@@ -1,6 +1,6 @@
 // The contract module: validation and resolution of one SDPA call, and the same contracts per (batch, head) for the
 // MHA module (mask views, readability, empty rows, finite checks). Every backend, the module and the oracle use it.
-#include "attn/detail/problem.hpp"
+#include "attn/detail/mha_problem.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "attn/detail/problem.hpp"
+#include "attn/detail/mha_problem.hpp"
 #include "error_message.hpp"
 
 using namespace attn;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "attn/detail/problem.hpp"
+#include "attn/detail/mha_problem.hpp"
 #include "attn/mask.hpp"
 #include "softmax_bound.hpp"
 #include "types.hpp"
@@ -94,7 +94,7 @@ MhaProblem resolve(const char* function, const MultiHeadAttention<T>& m, TensorV
     p.scale = attn::resolved_scale(options.scale, p.Dh);
     attn::detail::check_softcap<compute_t<T>>(f, options.softcap, " (" + shape_list + ")");
 
-    // The module's mask contract and readability (attn/detail/problem.hpp), empty-row error included.
+    // The module's mask contract and readability (attn/detail/mha_problem.hpp), empty-row error included.
     const Index B = p.B, H = p.H, Tq = p.Tq, Tk = p.Tk;
     attn::detail::HeadMasks masks = attn::detail::resolve_masks(f, shape_list, allowed_mask, options, B, H, Tq, Tk);
     const attn::detail::HeadBias<T> bias = attn::detail::resolve_bias<T>(f, shape_list, options, masks, B, H, Tq, Tk);
