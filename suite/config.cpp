@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "attn/error.hpp"
+#include "attn/options.hpp"
 
 namespace attn::suite {
 
@@ -44,6 +45,23 @@ double round_to_dtype(Dtype dtype, double x) {
 }
 
 namespace {
+
+// The keys of the options a config string carries: the option table's config column (attn/options.hpp), one name per
+// option for every interface's spelling of it.
+struct OptionKeys {
+    std::string scale = option_spec("scale").config;
+    std::string softcap = option_spec("softcap").config;
+    std::string bias = option_spec("bias").config;
+    std::string alibi = option_spec("alibi_slopes").config;
+    std::string empty_rows = option_spec("empty_rows").config;
+    std::string check_finite = option_spec("check_finite").config;
+    std::string threads = option_spec("num_threads").config;
+    std::string window = option_spec("window").config;
+};
+const OptionKeys& option_key() {
+    static const OptionKeys keys;
+    return keys;
+}
 template <class H>
 double next_up_16(double x) {
     const H h(x);
@@ -105,19 +123,19 @@ std::string CaseConfig::to_config() const {
       << ",mask=" << checked(mask, "mask");
     if (mask_rank > 0) s << "-r" << mask_rank;
     if (mask_stride0) s << "-stride0";
-    if (window) s << ",window=" << window_field(*window);
+    if (window) s << "," << option_key().window << "=" << window_field(*window);
     if (kv_heads != H) s << ",kv_heads=" << kv_heads;
     s << ",dtype=" << to_string(dtype);
     if (values != "normal") s << ",values=" << checked(values, "values");
     if (logit_std) s << ",logit_std=" << format_number(*logit_std);
     if (seed) s << ",seed=" << hex(*seed);
-    if (scale) s << ",scale=" << format_number(*scale, dtype);
-    if (softcap) s << ",softcap=" << format_number(*softcap, dtype);
-    if (bias != "none") s << ",bias=" << checked(bias, "bias");
-    if (alibi != "none") s << ",alibi=" << checked(alibi, "alibi");
-    if (empty_rows != EmptyRowPolicy::Throw) s << ",empty_rows=" << to_string(empty_rows);
-    if (!check_finite) s << ",check_finite=off";
-    if (threads != 0) s << ",threads=" << threads;
+    if (scale) s << "," << option_key().scale << "=" << format_number(*scale, dtype);
+    if (softcap) s << "," << option_key().softcap << "=" << format_number(*softcap, dtype);
+    if (bias != "none") s << "," << option_key().bias << "=" << checked(bias, "bias");
+    if (alibi != "none") s << "," << option_key().alibi << "=" << checked(alibi, "alibi");
+    if (empty_rows != EmptyRowPolicy::Throw) s << "," << option_key().empty_rows << "=" << to_string(empty_rows);
+    if (!check_finite) s << "," << option_key().check_finite << "=off";
+    if (threads != 0) s << "," << option_key().threads << "=" << threads;
     s << ",impl=" << checked(impl, "impl") << ")";
     return s.str();
 }
@@ -201,7 +219,7 @@ CaseConfig parse_config(const std::string& text) {
                 kind.resize(r);
             }
             c.mask = checked(kind, "mask");
-        } else if (key == "window") {
+        } else if (key == option_key().window) {
             const auto a = value.find(':'), b = value.rfind(':');
             const std::string side = b == std::string::npos ? "" : value.substr(b + 1);
             if (a == std::string::npos || a == b || (side != "tl" && side != "br"))
@@ -214,17 +232,17 @@ CaseConfig parse_config(const std::string& text) {
         } else if (key == "values") c.values = checked(value, "values");
         else if (key == "logit_std") c.logit_std = parse_double(text, key, value);
         else if (key == "seed") c.seed = parse_int<std::uint64_t>(text, key, value, 16);
-        else if (key == "scale") c.scale = parse_double(text, key, value);  // rounded to the dtype below
-        else if (key == "softcap") c.softcap = parse_double(text, key, value);  // the same
-        else if (key == "bias") c.bias = checked(value, "bias");
-        else if (key == "alibi") c.alibi = checked(value, "alibi");
-        else if (key == "empty_rows") {
-            c.empty_rows = parse_spelling<EmptyRowPolicy>(value, "config string '" + text + "'", "empty_rows");
-        } else if (key == "check_finite") {
+        else if (key == option_key().scale) c.scale = parse_double(text, key, value);  // rounded to the dtype below
+        else if (key == option_key().softcap) c.softcap = parse_double(text, key, value);  // the same
+        else if (key == option_key().bias) c.bias = checked(value, "bias");
+        else if (key == option_key().alibi) c.alibi = checked(value, "alibi");
+        else if (key == option_key().empty_rows) {
+            c.empty_rows = parse_spelling<EmptyRowPolicy>(value, "config string '" + text + "'", option_key().empty_rows);
+        } else if (key == option_key().check_finite) {
             if (value != "on" && value != "off")
                 throw ConfigError("config string '" + text + "': check_finite=" + value + " (known: on, off)");
             c.check_finite = value == "on";
-        } else if (key == "threads") c.threads = parse_int<int>(text, key, value);
+        } else if (key == option_key().threads) c.threads = parse_int<int>(text, key, value);
         else if (key == "impl") c.impl = checked(value, "impl");
         else
             throw ConfigError("config string '" + text + "': unknown field '" + key +
@@ -236,11 +254,11 @@ CaseConfig parse_config(const std::string& text) {
     if (!kv_given) c.kv_heads = c.H;
     // A float case's scale (and a 16-bit one's, which scales in float) is written as the shortest float: read it
     // back as that float.
-    for (auto [name, field] : {std::pair{"scale", &c.scale}, std::pair{"softcap", &c.softcap}}) {
+    for (auto [name, field] : {std::pair{&option_key().scale, &c.scale}, std::pair{&option_key().softcap, &c.softcap}}) {
         if (!*field || !scale_is_float(c.dtype)) continue;
         const double f = static_cast<double>(static_cast<float>(**field));
         for (const auto& [key, value] : fields)
-            if (key == name && format_number(f, Dtype::Float) == value) *field = f;
+            if (key == *name && format_number(f, Dtype::Float) == value) *field = f;
     }
     return c;
 }
@@ -264,19 +282,19 @@ std::vector<std::string> field_values(const CaseConfig& c, const std::string& ke
         const std::string full = config_fields(c.to_config())[7].second;  // op, B, H, Tq, Tk, Dk, Dv, mask
         return {full, c.mask};
     }
-    if (key == "window") return {opt(c.window, "none", window_field)};
+    if (key == option_key().window) return {opt(c.window, "none", window_field)};
     if (key == "kv_heads") return {std::to_string(c.kv_heads)};
     if (key == "dtype") return {to_string(c.dtype)};
     if (key == "values") return {c.values};
     if (key == "logit_std") return {opt(c.logit_std, "", [](double x) { return format_number(x); })};
     if (key == "seed") return {opt(c.seed, "", hex)};
-    if (key == "scale") return {opt(c.scale, "", [&](double x) { return format_number(x, c.dtype); })};
-    if (key == "softcap") return {opt(c.softcap, "0", [&](double x) { return format_number(x, c.dtype); })};
-    if (key == "bias") return {c.bias};
-    if (key == "alibi") return {c.alibi};
-    if (key == "empty_rows") return {to_string(c.empty_rows)};
-    if (key == "check_finite") return {c.check_finite ? "on" : "off"};
-    if (key == "threads") return {std::to_string(c.threads)};
+    if (key == option_key().scale) return {opt(c.scale, "", [&](double x) { return format_number(x, c.dtype); })};
+    if (key == option_key().softcap) return {opt(c.softcap, "0", [&](double x) { return format_number(x, c.dtype); })};
+    if (key == option_key().bias) return {c.bias};
+    if (key == option_key().alibi) return {c.alibi};
+    if (key == option_key().empty_rows) return {to_string(c.empty_rows)};
+    if (key == option_key().check_finite) return {c.check_finite ? "on" : "off"};
+    if (key == option_key().threads) return {std::to_string(c.threads)};
     if (key == "impl") return {c.impl};
     throw ConfigError("config filter: unknown field '" + key + "'");
 }

@@ -4,8 +4,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
+#include "attn/options.hpp"
 #include "attn/report/report.hpp"
 #include "attn/suite/case.hpp"
 #include "attn/suite/config.hpp"
@@ -108,6 +110,26 @@ TEST_CASE("the canonical form: defaults left out, any field order accepted, floa
     CHECK(parse_config(d.to_config()).scale == 1.0 / 3.0);
     d.seed = 0xfedcba9876543210ull;
     CHECK(parse_config(d.to_config()).seed == 0xfedcba9876543210ull);
+}
+
+TEST_CASE("every option the option table gives a config key is a field of the config string, by that key") {
+    // A value of each such option other than its default, written by to_config under the table's key and read back.
+    const std::map<std::string, std::string> value = {{"scale", "0.5"},       {"softcap", "30"},
+                                                      {"bias", "large"},      {"alibi_slopes", "heads"},
+                                                      {"empty_rows", "zero"}, {"check_finite", "off"},
+                                                      {"num_threads", "2"},   {"window", "4:1:br"}};
+    int keyed = 0;
+    for (const OptionSpec& spec : option_table()) {
+        if (std::string(spec.config).empty()) continue;
+        ++keyed;
+        INFO(spec.field << " (config key " << spec.config << ")");
+        REQUIRE(value.count(spec.field));
+        const std::string field = std::string(spec.config) + "=" + value.at(spec.field);
+        const std::string text = "sdpa(B=1,H=1,Tq=1,Tk=1,Dk=1,Dv=1,mask=none,dtype=double," + field + ",impl=tiled)";
+        const std::string written = parse_config(text).to_config();
+        CHECK_THAT(written, Catch::Contains("," + field + ","));
+    }
+    CHECK(keyed == static_cast<int>(value.size()));
 }
 
 TEST_CASE("malformed config strings are refused with the field named") {
