@@ -658,16 +658,23 @@ std::vector<Row> read_baseline(const ReportOptions& options, const std::string& 
     return baseline;
 }
 
-// Step 6: the document, section by section.
-Document make_document(const ReportOptions& options, const ReportRun& run, const Plots& plots,
-                       const std::optional<std::vector<suite::MutantRow>>& table, const std::vector<Row>& mutant_rows,
-                       const std::vector<const suite::Implementation*>& mutants,
-                       const std::vector<GradientRow>& gradients) {
-    Document doc{"attn accuracy report", {}};
+// The summary committed beside a recorded baseline (reports/baselines/<id>.md): the run's headline tables, small
+// enough to review in a diff, where the full report stays in the build directory.
+Document summary_document(const ReportOptions& options, const ReportRun& run, const std::vector<GradientRow>& gradients) {
+    Document doc{"attn accuracy summary: fingerprint " + run.fingerprint.id(), {}};
     doc.sections.push_back(summary_section(options, run.rows, run.summaries));
     if (!gradients.empty()) doc.sections.push_back(gradients_section(gradients));
     if (!run.skipped.empty()) doc.sections.push_back(skipped_section(run.skipped));
     doc.sections.push_back(machine_section(run.fingerprint));
+    return doc;
+}
+
+// Step 6: the document, section by section: the summary's sections first, then the rest.
+Document make_document(const ReportOptions& options, const ReportRun& run, const Plots& plots,
+                       const std::optional<std::vector<suite::MutantRow>>& table, const std::vector<Row>& mutant_rows,
+                       const std::vector<const suite::Implementation*>& mutants,
+                       const std::vector<GradientRow>& gradients) {
+    Document doc{"attn accuracy report", summary_document(options, run, gradients).sections};
     doc.sections.push_back(drift_section(run.drift, record_command(options)));
     doc.sections.push_back(failures_section(run.rows));
     doc.sections.push_back(plots_section(plots, options.plots));
@@ -683,17 +690,6 @@ Document make_document(const ReportOptions& options, const ReportRun& run, const
     doc.sections.push_back(rows_section(run.rows, run.summaries));
     doc.sections.push_back(reading_section());
 
-    return doc;
-}
-
-// The summary committed beside a recorded baseline (reports/baselines/<id>.md): the run's headline tables, small
-// enough to review in a diff, where the full report stays in the build directory.
-Document summary_document(const ReportOptions& options, const ReportRun& run, const std::vector<GradientRow>& gradients) {
-    Document doc{"attn accuracy summary: fingerprint " + run.fingerprint.id(), {}};
-    doc.sections.push_back(summary_section(options, run.rows, run.summaries));
-    if (!gradients.empty()) doc.sections.push_back(gradients_section(gradients));
-    if (!run.skipped.empty()) doc.sections.push_back(skipped_section(run.skipped));
-    doc.sections.push_back(machine_section(run.fingerprint));
     return doc;
 }
 
