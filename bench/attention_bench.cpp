@@ -11,10 +11,12 @@
 // Backward rows (op "backward"): attn::sdpa_backward after one untimed forward that saved the output and lse, FLOPs
 // 2.5x the forward's (10 B H Tq Tk D, as FlashAttention counts: five products of the forward's size, two of them
 // the forward's own).
-// Own flags (before Google Benchmark's): --quick (fewer shapes), --reps N, --memory-probe IMPL T [DTYPE].
+// Own flags (before Google Benchmark's): --quick (fewer shapes), --reps N, --gemm-configs A,B (gemm rows with those
+// BLIS configurations too, impl=blis-A), --memory-probe IMPL T [DTYPE].
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -53,9 +55,9 @@ attn::Tensor<T> random_tensor(const attn::Shape& shape, unsigned seed) {
 }
 
 // `threads` independent single-threaded gemms at once: the machine's limit for work split the way attention
-// splits it (no shared packing, no BLIS threading).
+// splits it (no shared packing, no BLIS threading). With the library's gemm configuration, or `configuration`'s.
 template <class T>
-void bench_gemm(benchmark::State& state, int threads) {
+void bench_gemm(benchmark::State& state, int threads, const std::string& configuration) {
     const Index n = gemm_size;
     std::vector<attn::Tensor<T>> a, b, c;
     for (int t = 0; t < threads; ++t) {
@@ -67,7 +69,7 @@ void bench_gemm(benchmark::State& state, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int t = 0; t < threads; ++t)
             attn::detail::gemm<T>(false, false, n, n, n, T(1), a[t].data(), n, 1, b[t].data(), n, 1, T(0), c[t].data(),
-                                  n, 1);
+                                  n, 1, configuration.empty() ? nullptr : configuration.c_str());
         benchmark::DoNotOptimize(c[0].data());
     };
     run();  // untimed: BLIS's packing buffers and the output pages are touched once before the limit is measured
@@ -188,7 +190,7 @@ void bench_backward(benchmark::State& state, const std::string& impl, Index T_le
     state.counters["flop"] = 10.0 * double(B * H) * double(T_len) * double(T_len) * double(D);
 }
 
-void register_all(bool quick, int reps_override) {
+void register_all(bool quick, int reps_override, const std::vector<std::string>& gemm_configurations) {
     const std::vector<Index> Ts =
         quick ? std::vector<Index>{512, 2048} : std::vector<Index>{128, 512, 1024, 2048, 4096};
     struct Shape {
@@ -225,11 +227,16 @@ void register_all(bool quick, int reps_override) {
             gemm.op = "gemm";
             gemm.Tq = gemm.Tk = gemm.Dk = gemm.Dv = gemm_size;
             gemm.impl = "blis";
-            const std::string gemm_name = gemm.to_config();
+            // The limit's candidates beside the library's own (impl=blis): impl=blis-<configuration> for the others
+            // --gemm-configs names (attn bench: the measured limit's fastest and BLIS's own pick).
             if constexpr (!sixteen_bit)
-                benchmark::RegisterBenchmark(gemm_name.c_str(),
-                                             [threads](benchmark::State& s) { bench_gemm<T>(s, threads); })
-                    ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
+                for (const std::string& configuration : gemm_configurations) {
+                    attn::suite::CaseConfig named = gemm;
+                    if (!configuration.empty()) named.impl = "blis-" + configuration;
+                    benchmark::RegisterBenchmark(named.to_config().c_str(), [threads, configuration](benchmark::State& s) {
+                        bench_gemm<T>(s, threads, configuration);
+                    })->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(min_time)->Repetitions(reps);
+                }
             const std::vector<const char*> impls =
                 sixteen_bit ? std::vector<const char*>{"tiled"} : std::vector<const char*>{"naive", "reference", "tiled"};
             for (const Shape& sh : shapes)
@@ -364,16 +371,25 @@ int main(int argc, char** argv) {
         return memory_probe(argv[2], std::atol(argv[3]), argc == 5 ? argv[4] : "float");
     bool quick = false;
     int reps = 0;
+    std::vector<std::string> gemm_configurations = {""};  // "": the library's gemm configuration
     std::vector<char*> args{argv[0]};
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--quick") == 0) quick = true;
         else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
+        else if (std::strcmp(argv[i], "--gemm-configs") == 0 && i + 1 < argc) {
+            std::string list = argv[++i];
+            for (std::size_t at = 0; at <= list.size();) {
+                const std::size_t comma = std::min(list.find(',', at), list.size());
+                if (comma > at) gemm_configurations.push_back(list.substr(at, comma - at));
+                at = comma + 1;
+            }
+        }
         else args.push_back(argv[i]);
     }
     int n = static_cast<int>(args.size());
     benchmark::Initialize(&n, args.data());
     if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
-    register_all(quick, reps);
+    register_all(quick, reps, gemm_configurations);
     // The machine in the JSON's context: the SIMD target the tiled kernel dispatches to and the BLIS kernels decide
     // the speed as well as the bits, so figures compare only between runs of the same fingerprint.
     const attn::NumericsFingerprint fingerprint = attn::numerics_fingerprint();

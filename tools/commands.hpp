@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "attn/machine.hpp"
 #include "attn/sdpa.hpp"
 #include "options.hpp"
 
@@ -35,6 +38,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0);
 std::string fixed(double x, int digits);
 // The whole contents of a file ("" when it cannot be read).
 std::string read_text(const std::filesystem::path& p);
+
+// The BLIS choice and the measured limit (commands_info.cpp), for `attn info` and `attn bench`: as JSON, the
+// warnings when BLIS's own pick or the library's gemm configuration is slower than the limit, and the table.
+nlohmann::json choice_json(const BlisChoice& choice);
+nlohmann::json limit_json(const MachineLimit& limit);
+std::vector<std::string> limit_warnings(const BlisChoice& choice, const MachineLimit& limit);
+void print_limit(const BlisChoice& choice, const MachineLimit& limit);
 
 using Action = std::function<int()>;
 

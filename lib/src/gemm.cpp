@@ -3,15 +3,153 @@
 
 #include <blis.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attn/error.hpp"
+
+// Not in blis.h's exported API: the registry's context of one configuration. Debian's libblis.a has every
+// configuration of the x86_64 family registered (cmake/FindBLIS.cmake links it statically for this reason); a
+// configuration this build of BLIS lacks has no entry (nullptr).
+extern "C" cntx_t** bli_gks_lookup_id(arch_t id);
+
 namespace attn::detail {
 
-std::string blis_version() { return bli_info_get_version_str(); }
-std::string blis_arch() {
-    bli_init();
-    return bli_arch_string(bli_arch_query_id());
+namespace {
+
+// The x86-64 configurations of BLIS 0.9.0 a CPU may run, best first within a class, and what each needs of the CPU
+// (its kernels' instructions). knl and knc are left out (Xeon Phi).
+enum class Needs { avx512, avx2_fma, fma3_avx, fma4_avx, avx, ssse3, nothing };
+struct Configuration {
+    arch_t id;
+    int rank;  // 4: AVX-512, 3: AVX2 + FMA, 2: FMA3/FMA4 + AVX, 1: AVX, SSSE3; 0: the reference C kernels
+    Needs needs;
+};
+bool cpu_has(Needs n) {
+    __builtin_cpu_init();
+    const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    switch (n) {
+        case Needs::avx512:
+            return avx2_fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+        case Needs::avx2_fma: return avx2_fma;
+        case Needs::fma3_avx: return __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx");
+        case Needs::fma4_avx: return __builtin_cpu_supports("fma4") && __builtin_cpu_supports("avx");
+        case Needs::avx: return __builtin_cpu_supports("avx");
+        case Needs::ssse3: return __builtin_cpu_supports("ssse3");
+        case Needs::nothing: return true;
+    }
+    return false;
+}
+const std::vector<Configuration>& configurations() {
+    static const std::vector<Configuration> all = {
+        {BLIS_ARCH_SKX, 4, Needs::avx512},           {BLIS_ARCH_ZEN3, 3, Needs::avx2_fma},
+        {BLIS_ARCH_ZEN2, 3, Needs::avx2_fma},        {BLIS_ARCH_ZEN, 3, Needs::avx2_fma},
+        {BLIS_ARCH_HASWELL, 3, Needs::avx2_fma},     {BLIS_ARCH_EXCAVATOR, 2, Needs::fma3_avx},
+        {BLIS_ARCH_STEAMROLLER, 2, Needs::fma3_avx}, {BLIS_ARCH_PILEDRIVER, 2, Needs::fma3_avx},
+        {BLIS_ARCH_BULLDOZER, 2, Needs::fma4_avx},   {BLIS_ARCH_SANDYBRIDGE, 1, Needs::avx},
+        {BLIS_ARCH_PENRYN, 1, Needs::ssse3},         {BLIS_ARCH_GENERIC, 0, Needs::nothing},
+    };
+    return all;
 }
 
-namespace {
+cntx_t* context_of(arch_t id) {
+    cntx_t** registered = bli_gks_lookup_id(id);
+    return registered ? registered[BLIS_NAT] : nullptr;
+}
+std::string name_of(arch_t id) { return bli_arch_string(id); }
+int rank_of(arch_t id) {
+    for (const Configuration& c : configurations())
+        if (c.id == id) return c.rank;
+    return 0;
+}
+bool prefers_rows(arch_t id, num_t dt) {
+    return bli_cntx_l3_nat_ukr_prefers_rows_dt(dt, BLIS_GEMM_UKR, context_of(id));
+}
+bool is_amd() {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd");
+}
+
+// Registered in this BLIS and runnable on this CPU, in the order of configurations().
+std::vector<arch_t> runnable_ids() {
+    bli_init();
+    std::vector<arch_t> ids;
+    for (const Configuration& c : configurations())
+        if (context_of(c.id) && cpu_has(c.needs)) ids.push_back(c.id);
+    return ids;
+}
+
+// The best runnable configuration of the highest rank, optionally only those whose micro-kernel for dt stores C by
+// rows; within the AVX2 rank zen3 on AMD, haswell elsewhere; BLIS's own pick where it is of that rank already (it
+// knows the CPU; it falls short only on CPUs newer than it, such as Zen 5 -> generic, Sapphire Rapids -> haswell).
+arch_t best(const std::vector<arch_t>& runnable, arch_t own, bool rows_only, num_t dt) {
+    int top = -1;
+    for (arch_t id : runnable)
+        if (!rows_only || prefers_rows(id, dt)) top = std::max(top, rank_of(id));
+    for (arch_t id : runnable)
+        if (id == own && rank_of(id) == top && (!rows_only || prefers_rows(id, dt))) return id;
+    const arch_t preferred = is_amd() ? BLIS_ARCH_ZEN3 : BLIS_ARCH_HASWELL;
+    for (arch_t id : runnable)
+        if (id == preferred && rank_of(id) == top && (!rows_only || prefers_rows(id, dt))) return id;
+    for (arch_t id : runnable)
+        if (rank_of(id) == top && (!rows_only || prefers_rows(id, dt))) return id;
+    return BLIS_ARCH_GENERIC;
+}
+
+struct Chosen {
+    arch_t own;            // BLIS's pick for this CPU (or its BLIS_ARCH_TYPE)
+    arch_t gemm;           // the general products (reference backend, backward, the bench's gemm)
+    arch_t packed[2];      // the tiled kernel's micro-kernel, float and double
+    std::string reason;
+    std::vector<arch_t> runnable;
+};
+
+const Chosen& chosen() {
+    static const Chosen c = [] {
+        Chosen r;
+        // BLIS reads BLIS_ARCH_TYPE as a number at its initialisation and aborts the process on one it has no
+        // context for, or faults on kernels the CPU lacks: checked first, as the library's own variable is.
+        const char* blis_forced = std::getenv("BLIS_ARCH_TYPE");
+        if (blis_forced && *blis_forced) {
+            std::string names;
+            bool ok = false;
+            for (const Configuration& c : configurations())
+                if (cpu_has(c.needs)) {
+                    names += (names.empty() ? "" : ", ") + std::to_string(int(c.id)) + " (" + name_of(c.id) + ")";
+                    ok = ok || std::to_string(int(c.id)) == blis_forced;
+                }
+            if (!ok)
+                throw ConfigError("BLIS_ARCH_TYPE: '" + std::string(blis_forced) +
+                                  "' is not the number of a BLIS configuration this CPU runs; choose one of " + names);
+        }
+        r.runnable = runnable_ids();
+        r.own = bli_arch_query_id();
+        const char* forced = std::getenv("ATTN_BLIS_ARCH");
+        if (forced && *forced) {
+            std::string names;
+            for (arch_t id : r.runnable) {
+                names += (names.empty() ? "" : ", ") + name_of(id);
+                if (name_of(id) == forced) r.gemm = r.packed[0] = r.packed[1] = id, r.reason = "ATTN_BLIS_ARCH";
+            }
+            if (r.reason.empty())
+                throw ConfigError("ATTN_BLIS_ARCH: '" + std::string(forced) +
+                                  "' is not a BLIS configuration this CPU runs; choose one of " + names);
+        } else if (blis_forced && *blis_forced) {
+            r.gemm = r.packed[0] = r.packed[1] = r.own, r.reason = "BLIS_ARCH_TYPE";
+        } else {
+            r.gemm = best(r.runnable, r.own, false, BLIS_FLOAT);
+            r.packed[0] = best(r.runnable, r.own, true, BLIS_FLOAT);
+            r.packed[1] = best(r.runnable, r.own, true, BLIS_DOUBLE);
+            r.reason = "chosen for this CPU";
+        }
+        return r;
+    }();
+    return c;
+}
+
 // One thread, and never BLIS's small-matrix ("sup") path: in BLIS 0.9.0 (Debian 12) its haswell millikernels,
 // which BLIS also picks on Intel CPUs with AVX-512 and on Zen, read past the end of A or B for some edge sizes
 // (flame/blis#635, #824). On a page boundary that is a SEGV (found by the mha fuzzer under ASan on a Sapphire
@@ -24,24 +162,36 @@ rntm_t single_thread() {
     return rntm;
 }
 trans_t trans(bool t) { return t ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE; }
+
+cntx_t* gemm_context(const char* configuration) {
+    if (!configuration) return context_of(chosen().gemm);
+    for (arch_t id : chosen().runnable)
+        if (name_of(id) == configuration) return context_of(id);
+    throw ConfigError("gemm: '" + std::string(configuration) + "' is not a BLIS configuration this CPU runs");
+}
+
 }  // namespace
+
+std::string blis_version() { return bli_info_get_version_str(); }
 
 template <>
 void gemm<float>(bool ta, bool tb, Index m, Index n, Index k, float alpha, const float* a, Index rs_a, Index cs_a,
-                 const float* b, Index rs_b, Index cs_b, float beta, float* c, Index rs_c, Index cs_c) {
+                 const float* b, Index rs_b, Index cs_b, float beta, float* c, Index rs_c, Index cs_c,
+                 const char* configuration) {
     if (m == 0 || n == 0) return;
     rntm_t rntm = single_thread();
     bli_sgemm_ex(trans(ta), trans(tb), m, n, k, &alpha, const_cast<float*>(a), rs_a, cs_a, const_cast<float*>(b), rs_b,
-                 cs_b, &beta, c, rs_c, cs_c, nullptr, &rntm);
+                 cs_b, &beta, c, rs_c, cs_c, gemm_context(configuration), &rntm);
 }
 
 template <>
 void gemm<double>(bool ta, bool tb, Index m, Index n, Index k, double alpha, const double* a, Index rs_a, Index cs_a,
-                  const double* b, Index rs_b, Index cs_b, double beta, double* c, Index rs_c, Index cs_c) {
+                  const double* b, Index rs_b, Index cs_b, double beta, double* c, Index rs_c, Index cs_c,
+                  const char* configuration) {
     if (m == 0 || n == 0) return;
     rntm_t rntm = single_thread();
     bli_dgemm_ex(trans(ta), trans(tb), m, n, k, &alpha, const_cast<double*>(a), rs_a, cs_a, const_cast<double*>(b),
-                 rs_b, cs_b, &beta, c, rs_c, cs_c, nullptr, &rntm);
+                 rs_b, cs_b, &beta, c, rs_c, cs_c, gemm_context(configuration), &rntm);
 }
 
 namespace {
@@ -58,12 +208,11 @@ struct Native {
     dim_t mr, nr;
 };
 
-// Queried once: the context of the CPU BLIS detected (the same for every thread).
+// Queried once: the context chosen for T's micro-kernel (the same for every thread).
 template <class T>
 const Native<T>& native() {
     static const Native<T> n = [] {
-        bli_init();
-        cntx_t* cntx = const_cast<cntx_t*>(bli_gks_query_cntx());
+        cntx_t* cntx = context_of(chosen().packed[sizeof(T) == 4 ? 0 : 1]);
         const num_t dt = sizeof(T) == 4 ? BLIS_FLOAT : BLIS_DOUBLE;
         return Native<T>{cntx, reinterpret_cast<ukr_fn<T>>(bli_cntx_get_l3_nat_ukr_dt(dt, BLIS_GEMM_UKR, cntx)),
                          bli_cntx_get_blksz_def_dt(dt, BLIS_MR, cntx), bli_cntx_get_blksz_def_dt(dt, BLIS_NR, cntx)};
@@ -108,3 +257,19 @@ template void packed_gemm<double>(Index, Index, Index, double, const double*, In
 
 
 }  // namespace attn::detail
+
+namespace attn {
+
+BlisChoice blis_choice() {
+    const detail::Chosen& c = detail::chosen();
+    BlisChoice b;
+    b.own = detail::name_of(c.own);
+    b.gemm = detail::name_of(c.gemm);
+    b.packed_float = detail::name_of(c.packed[0]);
+    b.packed_double = detail::name_of(c.packed[1]);
+    b.reason = c.reason;
+    for (arch_t id : c.runnable) b.runnable.push_back(detail::name_of(id));
+    return b;
+}
+
+}  // namespace attn

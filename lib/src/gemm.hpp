@@ -5,23 +5,26 @@
 #include <cstdint>
 #include <string>
 
+#include "attn/machine.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::detail {
 
-// BLIS as this process runs it: its version and the architecture configuration it selected for this CPU at run
-// time (e.g. "skx", "zen3", "haswell"), which decides the micro-kernels and so the bits.
+// BLIS as this process runs it: its version, and the configurations (micro-kernels, so the bits) the library
+// chose for this CPU at start-up (BlisChoice in attn/machine.hpp).
 std::string blis_version();
-std::string blis_arch();
 
 // C (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * C, with row and column strides for every
 // operand (BLIS's typed API, so transposed and strided views need no copy). Runs on the calling thread
 // only: parallelism is over (batch, head) outside, which keeps results independent of the thread count.
+// With the chosen configuration's kernels, or those of `configuration` (a name in BlisChoice::runnable; the
+// bench measures each).
 template <class T>
 void gemm(bool transpose_a, bool transpose_b, Index m, Index n, Index k, T alpha, const T* a, Index rs_a, Index cs_a,
-          const T* b, Index rs_b, Index cs_b, T beta, T* c, Index rs_c, Index cs_c);
+          const T* b, Index rs_b, Index cs_b, T beta, T* c, Index rs_c, Index cs_c,
+          const char* configuration = nullptr);
 
-// The native gemm micro-kernel's tile (BLIS's MR x NR for T on this CPU, e.g. 6 x 16 for float with AVX2).
+// The tiled kernel's micro-kernel tile (MR x NR of the configuration chosen for T, e.g. 6 x 16 for float with AVX2).
 struct MicroTile {
     Index mr, nr;
 };

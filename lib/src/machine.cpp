@@ -1,6 +1,7 @@
 // SIMD target choice and the numerics fingerprint (attn/machine.hpp).
 #include "attn/machine.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -156,7 +157,9 @@ std::string NumericsFingerprint::id() const {
     }
     char hex[17];
     std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(h >> 32));
-    return lower_case(blis_arch + "-" + simd_chosen) + "-" + hex;
+    std::string prefix = lower_case(blis_arch + "-" + simd_chosen);
+    std::replace(prefix.begin(), prefix.end(), '+', '_');  // "skx+zen3" -> "skx_zen3": file-name safe
+    return prefix + "-" + hex;
 }
 
 std::vector<std::pair<std::string, std::string>> NumericsFingerprint::fields() const {
@@ -177,7 +180,7 @@ NumericsFingerprint numerics_fingerprint() {
     f.simd_supported = joined(simd_targets());
     f.simd_chosen = simd_target();
     f.blis_version = detail::blis_version();
-    f.blis_arch = detail::blis_arch();
+    f.blis_arch = blis_choice().name();
     f.compiler = ATTN_BUILD_COMPILER;
     f.flags = ATTN_BUILD_FLAGS;
 #ifdef __GLIBC__

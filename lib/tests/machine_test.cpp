@@ -123,7 +123,7 @@ TEST_CASE("the fingerprint's id is the documented hash", "[machine]") {
     // (Its cpu field, /proc/cpuinfo's vendor and model name, is checked by the property
     // the_forced_simd_target_is_the_one_fingerprinted.)
     const NumericsFingerprint a = numerics_fingerprint();
-    // The id: lower-case "<blis_arch>-<simd_chosen>-" and the top 32 bits of FNV-1a (64-bit) over "name=value\n"
+    // The id: lower-case "<blis_arch>-<simd_chosen>-" ('+' of blis_arch as '_') and the top 32 bits of FNV-1a (64-bit) over "name=value\n"
     // of every field but threads, in hex.
     std::uint64_t h = 1469598103934665603ull;
     for (const auto& [name, value] : a.fields())
@@ -132,8 +132,104 @@ TEST_CASE("the fingerprint's id is the documented hash", "[machine]") {
     char hex[9];
     std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(h >> 32));
     std::string prefix = a.blis_arch + "-" + a.simd_chosen;
-    for (char& ch : prefix) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    for (char& ch : prefix) ch = ch == '+' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     CHECK(a.id() == prefix + "-" + hex);
+}
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// ctest runs this file without ATTN_BLIS_ARCH and BLIS_ARCH_TYPE (the choice is the library's own).
+TEST_CASE("the BLIS configurations are the best this CPU runs, fingerprinted", "[machine]") {
+    REQUIRE(std::getenv("ATTN_BLIS_ARCH") == nullptr);
+    REQUIRE(std::getenv("BLIS_ARCH_TYPE") == nullptr);
+    const BlisChoice c = blis_choice();
+    CHECK(c.reason == "chosen for this CPU");
+    REQUIRE(!c.runnable.empty());
+    CHECK(c.runnable.back() == "generic");  // the reference C kernels run everywhere, ranked last
+    for (const std::string& name : {c.gemm, c.packed_float, c.packed_double, c.own}) CHECK(contains(c.runnable, name));
+    // BLIS's own pick may be its reference kernels (CPUs newer than BLIS); the library's never is where the CPU
+    // runs better ones.
+    if (c.runnable.size() > 1) CHECK(c.gemm != "generic");
+    if (c.runnable.size() > 1) CHECK(c.packed_float != "generic");
+    // With AVX-512, skx for the general products; its micro-kernels store their tile by columns, so never skx for
+    // the tiled kernel's.
+    if (contains(c.runnable, "skx")) {
+        CHECK(c.gemm == "skx");
+        CHECK(c.packed_float != "skx");
+        CHECK(c.packed_double != "skx");
+    }
+    CHECK(numerics_fingerprint().blis_arch == c.name());
+    CHECK(c.name().rfind(c.gemm, 0) == 0);
+    CHECK((c.name() == c.gemm) == (c.packed_float == c.gemm && c.packed_double == c.gemm));
+}
+
+TEST_CASE("the measured limit is the fastest gemm among the runnable configurations", "[machine]") {
+    const BlisChoice c = blis_choice();
+    const MachineLimit m = measure_machine_limit(96, 1);
+    REQUIRE(m.configurations.size() == c.runnable.size());
+    for (std::size_t i = 0; i < m.configurations.size(); ++i) {
+        CHECK(m.configurations[i].configuration == c.runnable[i]);
+        CHECK(m.configurations[i].sgemm_gflops > 0);
+        CHECK(m.configurations[i].sgemm_gflops <= m.fastest_sgemm.sgemm_gflops);
+        CHECK(m.configurations[i].dgemm_gflops <= m.fastest_dgemm.dgemm_gflops);
+    }
+    CHECK(m.chosen.configuration == c.gemm);
+    CHECK(m.own.configuration == c.own);
+    CHECK(m.peak_fma_float_gflops > 0);
+    CHECK(m.peak_fma_double_gflops > 0);
+}
+
+// ATTN_BLIS_ARCH and BLIS_ARCH_TYPE, read once at the first BLIS call: each test in a process of its own (ctest:
+// attn_machine_env_blis_*_test; hidden otherwise), started without either, setting one before anything runs.
+TEST_CASE("ATTN_BLIS_ARCH forces one configuration for every product", "[.env-blis-forced]") {
+    REQUIRE(std::getenv("ATTN_BLIS_ARCH") == nullptr);
+    setenv("ATTN_BLIS_ARCH", "generic", 1);
+    const BlisChoice c = blis_choice();
+    CHECK(c.reason == "ATTN_BLIS_ARCH");
+    CHECK(c.gemm == "generic");
+    CHECK(c.packed_float == "generic");
+    CHECK(c.packed_double == "generic");
+    CHECK(c.name() == "generic");
+    CHECK(numerics_fingerprint().id().rfind("generic-", 0) == 0);
+}
+
+TEST_CASE("BLIS_ARCH_TYPE keeps BLIS's numbering and forces that configuration everywhere", "[.env-blis-type]") {
+    REQUIRE(std::getenv("BLIS_ARCH_TYPE") == nullptr);
+    setenv("BLIS_ARCH_TYPE", "25", 1);  // BLIS_ARCH_GENERIC in BLIS 0.9.0
+    const BlisChoice c = blis_choice();
+    CHECK(c.reason == "BLIS_ARCH_TYPE");
+    CHECK(c.own == "generic");
+    CHECK(c.name() == "generic");
+}
+
+TEST_CASE("a BLIS_ARCH_TYPE BLIS has no context for is a ConfigError, not BLIS's abort", "[.env-blis-type-unknown]") {
+    REQUIRE(std::getenv("BLIS_ARCH_TYPE") == nullptr);
+    setenv("BLIS_ARCH_TYPE", "13", 1);  // BLIS_ARCH_ARMSVE: no context in an x86-64 build
+    const std::string message = error_message<ConfigError>([] { (void)blis_choice(); });
+    CHECK(message.find("BLIS_ARCH_TYPE: '13'") != std::string::npos);
+    CHECK(message.find("25 (generic)") != std::string::npos);
+    setenv("BLIS_ARCH_TYPE", "generic", 1);  // BLIS would read 0 (skx)
+    CHECK(error_message<ConfigError>([] { (void)blis_choice(); }).find("BLIS_ARCH_TYPE: 'generic'") !=
+          std::string::npos);
+}
+
+TEST_CASE("an unknown ATTN_BLIS_ARCH is a ConfigError naming the variable and the choices", "[.env-blis-unknown]") {
+    REQUIRE(std::getenv("ATTN_BLIS_ARCH") == nullptr);
+    setenv("ATTN_BLIS_ARCH", "zen9", 1);
+    const std::string message = error_message<ConfigError>([] { (void)blis_choice(); });
+    CHECK(message.find("ATTN_BLIS_ARCH: 'zen9'") != std::string::npos);
+    CHECK(message.find("generic") != std::string::npos);  // the list of choices
+    // The same from an attention call, reference and tiled, and again on a second call (never a half-made choice).
+    Tensor<float> q({1, 1, 2, 4}, 0.5f), k({1, 1, 3, 4}, 0.25f), v({1, 1, 3, 4}, 1.0f);
+    for (Backend backend : {Backend::Reference, Backend::Tiled, Backend::Reference}) {
+        SdpaOptions options;
+        options.backend = backend;
+        const std::string m = error_message<ConfigError>(
+            [&] { (void)scaled_dot_product_attention(q.view(), k.view(), v.view(), std::nullopt, options); });
+        CHECK(m.find("ATTN_BLIS_ARCH: 'zen9'") != std::string::npos);
+    }
 }
 
 // The environment's SIMD target, read by the library itself at its first dispatch. Each test runs in a process of

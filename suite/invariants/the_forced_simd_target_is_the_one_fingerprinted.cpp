@@ -15,8 +15,9 @@ namespace attn::suite {
 
 namespace {
 
+// Lower case, '+' (between BLIS configurations) as '_': the id's spelling of its prefix.
 std::string lower(std::string s) {
-    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    for (char& ch : s) ch = ch == '+' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     return s;
 }
 

@@ -30,6 +30,38 @@ std::string simd_target();
 // ATTN_SIMD_TARGET=<name> does the same before the first call of the tiled kernel (ctest, the CLI, the suite).
 void force_simd_target(const std::string& name);
 
+// The BLIS configurations (micro-kernels, so speed and bits) the library runs, chosen once per process. By default
+// the best this CPU runs, not BLIS's own pick, which falls back to its reference C kernels on CPUs newer than it
+// (Zen 5 -> generic) or leaves AVX-512 unused (Sapphire Rapids -> haswell): the general products (reference
+// backend, backward) take the highest-ranked one (AVX-512 > AVX2+FMA > FMA3 > AVX > SSSE3 > generic; BLIS's own
+// pick within the top rank, else zen3 on AMD, haswell elsewhere), the tiled kernel's micro-kernel the highest-ranked
+// one whose micro-kernel stores its tile by rows (skx's store by columns). ATTN_BLIS_ARCH=<name> (one of runnable)
+// forces one configuration for all of them; BLIS's own BLIS_ARCH_TYPE does the same with BLIS's numbering.
+struct BlisChoice {
+    std::string gemm, packed_float, packed_double;
+    std::string own;                    // BLIS's own pick for this CPU (bli_arch_query_id)
+    std::string reason;                 // "chosen for this CPU", "ATTN_BLIS_ARCH" or "BLIS_ARCH_TYPE"
+    std::vector<std::string> runnable;  // every configuration of this BLIS this CPU runs
+    // "skx+zen3": gemm, then the micro-kernel's configuration where it differs ("zen3" when all are one).
+    std::string name() const;
+};
+BlisChoice blis_choice();
+
+// The machine's limit for one thread, measured: the fastest square gemm (n^3, one thread, CPU time) among the BLIS
+// configurations this CPU runs, and the peak FMA rate of its widest vectors (independent chains, no memory).
+struct GemmSpeed {
+    std::string configuration;
+    double sgemm_gflops = 0, dgemm_gflops = 0;
+};
+struct MachineLimit {
+    long n = 0;
+    std::vector<GemmSpeed> configurations;  // in BlisChoice::runnable's order
+    GemmSpeed fastest_sgemm, fastest_dgemm, chosen, own;
+    std::string fma_width;  // "avx512", "avx2" or "sse2"
+    double peak_fma_float_gflops = 0, peak_fma_double_gflops = 0;
+};
+MachineLimit measure_machine_limit(long n = 2048, int repetitions = 2);
+
 // What decides the bits of a computation on this machine. Same fingerprint, same binary, same inputs: bitwise
 // the same results (whatever the thread count). A different fingerprint may round differently; every error
 // bound still holds, so bound checks are machine-independent and drift checks compare only equal fingerprints.
@@ -38,14 +70,15 @@ struct NumericsFingerprint {
     std::string simd_supported;  // simd_targets(), space-separated
     std::string simd_chosen;     // simd_target()
     std::string blis_version;
-    std::string blis_arch;       // the configuration BLIS chose at run time (its micro-kernels)
+    std::string blis_arch;       // the BLIS configurations the library runs: blis_choice().name()
     std::string compiler;        // compiler id and version the library was built with
     std::string flags;           // the library's compile flags (build type flags, -march if any)
     std::string libc;            // the C library version (its exp is the reference backend's)
     int threads = 1;             // OpenMP's default thread count (informational: it does not change the bits)
 
     // A stable, file-name-safe id of the fields that decide the bits (all but threads):
-    // "<blis_arch>-<simd_chosen>-<8 hex digits of a 64-bit FNV-1a hash>", e.g. "skx-avx3_dl-1f0c9a7e".
+    // "<blis_arch>-<simd_chosen>-<8 hex digits of a 64-bit FNV-1a hash>", lower case, '+' as '_', e.g.
+    // "skx_zen3-avx3_dl-1f0c9a7e".
     std::string id() const;
     // (name, value) pairs in a fixed order, for `attn info` and the reports.
     std::vector<std::pair<std::string, std::string>> fields() const;
