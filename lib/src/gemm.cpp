@@ -103,6 +103,7 @@ struct Chosen {
     arch_t own;            // BLIS's pick for this CPU (or its BLIS_ARCH_TYPE)
     arch_t gemm;           // the general products (reference backend, backward, the bench's gemm)
     arch_t packed[2];      // the tiled kernel's micro-kernel, float and double
+    bool own_packed = false;  // the library's own micro-kernels instead (microkernel_avx512.cpp)
     std::string reason;
     std::vector<arch_t> runnable;
 };
@@ -143,6 +144,9 @@ const Chosen& chosen() {
             r.gemm = best(r.runnable, r.own, false, BLIS_FLOAT);
             r.packed[0] = best(r.runnable, r.own, true, BLIS_FLOAT);
             r.packed[1] = best(r.runnable, r.own, true, BLIS_DOUBLE);
+            // With AVX-512 the tiled kernel's products run on the library's own row-storing AVX-512 micro-kernels
+            // (the BLIS ones that store by rows are AVX2).
+            r.own_packed = cpu_has(Needs::avx512);
             r.reason = "chosen for this CPU";
         }
         return r;
@@ -202,16 +206,24 @@ using ukr_fn = void (*)(dim_t m, dim_t n, dim_t k, T* alpha, T* a, T* b, T* beta
                         auxinfo_t* data, cntx_t* cntx);
 
 template <class T>
+using own_fn = void (*)(Index k, T alpha, const T* a, const T* b, T beta, T* c, Index rs_c, Index cs_c);
+
+template <class T>
 struct Native {
     cntx_t* cntx;
     ukr_fn<T> ukr;
     dim_t mr, nr;
+    own_fn<T> own = nullptr;  // the library's micro-kernel, when chosen (then cntx and ukr are unused)
 };
 
 // Queried once: the context chosen for T's micro-kernel (the same for every thread).
 template <class T>
 const Native<T>& native() {
     static const Native<T> n = [] {
+        if (chosen().own_packed)
+            return Native<T>{nullptr, nullptr, own_micro_kernel_avx512_tile.mr,
+                             sizeof(T) == 4 ? own_micro_kernel_avx512_tile.nr : own_micro_kernel_avx512_tile.nr / 2,
+                             static_cast<own_fn<T>>(&own_micro_kernel_avx512)};
         cntx_t* cntx = context_of(chosen().packed[sizeof(T) == 4 ? 0 : 1]);
         const num_t dt = sizeof(T) == 4 ? BLIS_FLOAT : BLIS_DOUBLE;
         return Native<T>{cntx, reinterpret_cast<ukr_fn<T>>(bli_cntx_get_l3_nat_ukr_dt(dt, BLIS_GEMM_UKR, cntx)),
@@ -231,6 +243,14 @@ template <class T>
 void packed_gemm(Index m_panels, Index n_panels, Index k, T alpha, const T* a, Index ps_a, const T* b, Index ps_b,
                  T beta, T* c, Index rs_c, Index cs_c, Index ts_m, Index ts_n, Ahead* ahead) {
     const Native<T>& n = native<T>();
+    if (n.own) {
+        for (Index j = 0; j < n_panels; ++j)
+            for (Index i = 0; i < m_panels; ++i) {
+                n.own(k, alpha, a + i * ps_a, b + j * ps_b, beta, c + i * ts_m + j * ts_n, rs_c, cs_c);
+                if (ahead) ahead->step();
+            }
+        return;
+    }
     auxinfo_t aux{};
     bli_auxinfo_set_is_a(1, &aux);
     bli_auxinfo_set_is_b(1, &aux);
@@ -265,8 +285,8 @@ BlisChoice blis_choice() {
     BlisChoice b;
     b.own = detail::name_of(c.own);
     b.gemm = detail::name_of(c.gemm);
-    b.packed_float = detail::name_of(c.packed[0]);
-    b.packed_double = detail::name_of(c.packed[1]);
+    b.packed_float = c.own_packed ? "attn_avx512" : detail::name_of(c.packed[0]);
+    b.packed_double = c.own_packed ? "attn_avx512" : detail::name_of(c.packed[1]);
     b.reason = c.reason;
     for (arch_t id : c.runnable) b.runnable.push_back(detail::name_of(id));
     return b;

@@ -34,15 +34,17 @@ void force_simd_target(const std::string& name);
 // the best this CPU runs, not BLIS's own pick, which falls back to its reference C kernels on CPUs newer than it
 // (Zen 5 -> generic) or leaves AVX-512 unused (Sapphire Rapids -> haswell): the general products (reference
 // backend, backward) take the highest-ranked one (AVX-512 > AVX2+FMA > FMA3 > AVX > SSSE3 > generic; BLIS's own
-// pick within the top rank, else zen3 on AMD, haswell elsewhere), the tiled kernel's micro-kernel the highest-ranked
-// one whose micro-kernel stores its tile by rows (skx's store by columns). ATTN_BLIS_ARCH=<name> (one of runnable)
-// forces one configuration for all of them; BLIS's own BLIS_ARCH_TYPE does the same with BLIS's numbering.
+// pick within the top rank, else zen3 on AMD, haswell elsewhere); the tiled kernel's micro-kernel, which stores its
+// tile by rows where skx's store by columns, is the library's own with AVX-512 ("attn_avx512": the sums of BLIS's
+// row-storing AVX2 kernels, in their order, at twice the width), else the highest-ranked BLIS one that stores by
+// rows. ATTN_BLIS_ARCH=<name> (one of runnable) forces one BLIS configuration for all of them; BLIS's own
+// BLIS_ARCH_TYPE does the same with BLIS's numbering.
 struct BlisChoice {
     std::string gemm, packed_float, packed_double;
     std::string own;                    // BLIS's own pick for this CPU (bli_arch_query_id)
     std::string reason;                 // "chosen for this CPU", "ATTN_BLIS_ARCH" or "BLIS_ARCH_TYPE"
     std::vector<std::string> runnable;  // every configuration of this BLIS this CPU runs
-    // "skx+zen3": gemm, then the micro-kernel's configuration where it differs ("zen3" when all are one).
+    // "skx+attn_avx512": gemm, then the micro-kernel's where it differs ("zen3" when all are one).
     std::string name() const;
 };
 BlisChoice blis_choice();
