@@ -3,7 +3,7 @@
 
 #include <blis.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -86,24 +86,23 @@ std::vector<arch_t> runnable_ids() {
 // rows; within the AVX2 rank zen3 on AMD, haswell elsewhere; BLIS's own pick where it is of that rank already (it
 // knows the CPU; it falls short only on CPUs newer than it, such as Zen 5 -> generic, Sapphire Rapids -> haswell).
 arch_t best(const std::vector<arch_t>& runnable, arch_t own, bool rows_only, num_t dt) {
-    int top = -1;
-    for (arch_t id : runnable)
-        if (!rows_only || prefers_rows(id, dt)) top = std::max(top, rank_of(id));
-    for (arch_t id : runnable)
-        if (id == own && rank_of(id) == top && (!rows_only || prefers_rows(id, dt))) return id;
-    const arch_t preferred = is_amd() ? BLIS_ARCH_ZEN3 : BLIS_ARCH_HASWELL;
-    for (arch_t id : runnable)
-        if (id == preferred && rank_of(id) == top && (!rows_only || prefers_rows(id, dt))) return id;
-    for (arch_t id : runnable)
-        if (rank_of(id) == top && (!rows_only || prefers_rows(id, dt))) return id;
-    return BLIS_ARCH_GENERIC;
+    std::vector<arch_t> top;  // the candidates of the highest rank, in runnable's order
+    for (arch_t id : runnable) {
+        if (rows_only && !prefers_rows(id, dt)) continue;
+        if (!top.empty() && rank_of(id) > rank_of(top.front())) top.clear();
+        if (top.empty() || rank_of(id) == rank_of(top.front())) top.push_back(id);
+    }
+    if (top.empty()) return BLIS_ARCH_GENERIC;
+    for (arch_t id : {own, is_amd() ? BLIS_ARCH_ZEN3 : BLIS_ARCH_HASWELL})
+        if (std::find(top.begin(), top.end(), id) != top.end()) return id;
+    return top.front();
 }
 
 struct Chosen {
     arch_t own;            // BLIS's pick for this CPU (or its BLIS_ARCH_TYPE)
     arch_t gemm;           // the general products (reference backend, backward, the bench's gemm)
-    arch_t packed[2];      // the tiled kernel's micro-kernel, float and double
-    bool own_packed = false;  // the library's own micro-kernels instead (microkernel_avx512.cpp)
+    arch_t packed[2] = {BLIS_ARCH_GENERIC, BLIS_ARCH_GENERIC};  // the tiled kernel's micro-kernel, float and double
+    bool own_packed = false;  // the library's own micro-kernels instead (microkernel_avx512.hpp); packed unused
     std::string reason;
     std::vector<arch_t> runnable;
 };
@@ -142,11 +141,13 @@ const Chosen& chosen() {
             r.gemm = r.packed[0] = r.packed[1] = r.own, r.reason = "BLIS_ARCH_TYPE";
         } else {
             r.gemm = best(r.runnable, r.own, false, BLIS_FLOAT);
-            r.packed[0] = best(r.runnable, r.own, true, BLIS_FLOAT);
-            r.packed[1] = best(r.runnable, r.own, true, BLIS_DOUBLE);
             // With AVX-512 the tiled kernel's products run on the library's own row-storing AVX-512 micro-kernels
             // (the BLIS ones that store by rows are AVX2).
             r.own_packed = cpu_has(Needs::avx512);
+            if (!r.own_packed) {
+                r.packed[0] = best(r.runnable, r.own, true, BLIS_FLOAT);
+                r.packed[1] = best(r.runnable, r.own, true, BLIS_DOUBLE);
+            }
             r.reason = "chosen for this CPU";
         }
         return r;
@@ -221,8 +222,7 @@ template <class T>
 const Native<T>& native() {
     static const Native<T> n = [] {
         if (chosen().own_packed)
-            return Native<T>{nullptr, nullptr, own_micro_kernel_avx512_tile.mr,
-                             sizeof(T) == 4 ? own_micro_kernel_avx512_tile.nr : own_micro_kernel_avx512_tile.nr / 2,
+            return Native<T>{nullptr, nullptr, own_micro_kernel_rows, own_micro_kernel_columns<T>,
                              static_cast<own_fn<T>>(&own_micro_kernel_avx512)};
         cntx_t* cntx = context_of(chosen().packed[sizeof(T) == 4 ? 0 : 1]);
         const num_t dt = sizeof(T) == 4 ? BLIS_FLOAT : BLIS_DOUBLE;
@@ -279,6 +279,13 @@ template void packed_gemm<double>(Index, Index, Index, double, const double*, In
 }  // namespace attn::detail
 
 namespace attn {
+
+std::string BlisChoice::name() const {
+    std::string n = gemm;
+    if (packed_float != gemm) n += "+" + packed_float;
+    if (packed_double != packed_float) n += "+" + packed_double;
+    return n;
+}
 
 BlisChoice blis_choice() {
     const detail::Chosen& c = detail::chosen();

@@ -7,6 +7,7 @@
 
 #include "attn/machine.hpp"
 #include "attn/tensor.hpp"
+#include "microkernel_avx512.hpp"
 
 namespace attn::detail {
 
@@ -30,15 +31,6 @@ struct MicroTile {
 };
 template <class T>
 MicroTile micro_tile();
-
-// The library's own micro-kernels for packed_gemm on AVX-512 CPUs (microkernel_avx512.cpp; BLIS's row-storing ones
-// are AVX2): one MR x NR tile, 12 x 32 in float and 12 x 16 in double, with packed_gemm's operands and contract
-// (C = alpha * A_i @ B_j + beta * C, sequential FMA sums over p).
-inline constexpr MicroTile own_micro_kernel_avx512_tile{12, 32};
-void own_micro_kernel_avx512(Index k, float alpha, const float* a, const float* b, float beta, float* c, Index rs_c,
-                             Index cs_c);
-void own_micro_kernel_avx512(Index k, double alpha, const double* a, const double* b, double beta, double* c,
-                             Index rs_c, Index cs_c);
 
 // Memory a caller will read soon, asked for a few cache lines at a time between the micro-kernel calls of its products
 // (packed_gemm): spread so, the prefetches overlap with arithmetic, where a burst of them would stall on the CPU's

@@ -11,13 +11,6 @@
 
 namespace attn {
 
-std::string BlisChoice::name() const {
-    std::string n = gemm;
-    if (packed_float != gemm) n += "+" + packed_float;
-    if (packed_double != packed_float) n += "+" + packed_double;
-    return n;
-}
-
 namespace {
 
 double thread_seconds() {

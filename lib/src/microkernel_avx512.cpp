@@ -8,7 +8,7 @@
 // has AVX-512F.
 #include <immintrin.h>
 
-#include <cstdint>
+#include "microkernel_avx512.hpp"
 
 namespace attn::detail {
 
@@ -16,14 +16,14 @@ using Index = std::int64_t;  // attn/tensor.hpp's
 
 namespace {
 
-// MR rows of accumulators, each NR / lanes vectors: 12 x 2 = 24 of the 32 registers, plus two rows of B and one
-// broadcast of A.
-constexpr int rows = 12, vectors = 2;
+// MR rows of accumulators, each NR / lanes vectors, plus two rows of B and one broadcast of A.
+constexpr int rows = int(own_micro_kernel_rows), vectors = int(own_micro_kernel_vectors);
 
 template <int Lanes, class V, class T, class Set1, class Load, class Fma, class Mul, class Store>
 __attribute__((always_inline)) inline void kernel(Index k, T alpha, const T* a, const T* b, T beta, T* c, Index rs_c,
                                                   Index cs_c, Set1 set1, Load load, Fma fma, Mul mul, Store store) {
     constexpr int nr = Lanes * vectors;
+    static_assert(nr == own_micro_kernel_columns<T>);
     V acc[rows][vectors];
 #pragma GCC unroll 12
     for (int r = 0; r < rows; ++r)

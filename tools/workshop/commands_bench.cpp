@@ -85,11 +85,9 @@ std::string capture(const std::string& command) {
 struct Measured {
     std::map<std::string, Row> by_name;
     std::vector<std::string> order;
-    // The limit, (dtype, threads): the fastest gemm row of this run, its impl, and the library's own gemm row.
+    // The limit, (dtype, threads): the fastest gemm row of this run.
     std::map<std::tuple<std::string, int>, double> gemm_gflops;
     std::map<std::tuple<std::string, int>, double> gemm_cpu_ms;  // ms per flop, the fastest on CPU time
-    std::map<std::tuple<std::string, int>, std::string> limit_impl;
-    std::map<std::tuple<std::string, int>, double> own_gemm_gflops;
     std::map<std::tuple<std::string, int, std::string, long, long>, double> naive_ms;
 };
 
@@ -138,10 +136,9 @@ Measured collect(const json& raw_json) {
     for (const auto& [name, r] : by_name) {
         if (r.impl.rfind("gemm", 0) == 0) {
             const std::tuple<std::string, int> key{r.dtype, r.threads};
-            if (r.gflops() > m.gemm_gflops[key]) m.gemm_gflops[key] = r.gflops(), m.limit_impl[key] = r.impl;
+            m.gemm_gflops[key] = std::max(m.gemm_gflops[key], r.gflops());
             const double per_flop = r.cpu_median() / r.flop;
             if (!m.gemm_cpu_ms.count(key) || per_flop < m.gemm_cpu_ms[key]) m.gemm_cpu_ms[key] = per_flop;
-            if (r.impl == "gemm") m.own_gemm_gflops[key] = r.gflops();
         }
         if (r.impl == "naive") m.naive_ms[{r.dtype, r.threads, r.kase, r.Tq, r.Tk}] = r.median();
     }
@@ -435,14 +432,7 @@ Action add_bench_command(CLI::App& app) {
 
         Measured measured = collect(raw_json);
         const json rows = print_rows(measured);
-        // Loudly, from this run's rows: a gemm faster than the library's own is the limit, not the library's.
-        for (const auto& [key, impl] : measured.limit_impl) {
-            const auto own = measured.own_gemm_gflops.find(key);
-            if (impl != "gemm" && own != measured.own_gemm_gflops.end())
-                std::printf("WARNING: %s gemm, %d thread(s): the library's gemm (%s) runs at %.1f%% of the limit (%s)\n",
-                            std::get<0>(key).c_str(), std::get<1>(key), choice.gemm.c_str(),
-                            100 * own->second / measured.gemm_gflops[key], impl.c_str());
-        }
+
         MemoryFigures figures;
         const json memory = measure_memory(binary, quick, &figures);
         // The torch peer only where this run has a tiled float row it is compared with (self or backward).
