@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "attn/machine.hpp"
@@ -82,6 +84,29 @@ struct Ahead {
         return reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t(63));
     }
 };
+
+// A 64-byte aligned buffer for packed operands (packed_gemm's micro-kernels read panels with aligned loads) that only
+// grows; its contents are not kept when it grows.
+template <class T>
+struct PackedBuffer {
+    struct Free {
+        void operator()(T* p) const { std::free(p); }
+    };
+    std::unique_ptr<T[], Free> data;
+    Index size = 0;
+    T* get(Index n) {
+        if (n > size) {
+            const auto bytes = (static_cast<std::size_t>(n) * sizeof(T) + 63) / 64 * 64;
+            data.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+            if (!data) throw std::bad_alloc();
+            size = n;
+        }
+        return data.get();
+    }
+};
+
+// x rounded up to a multiple of m (panel counts and strides).
+inline Index round_up(Index x, Index m) { return (x + m - 1) / m * m; }
 
 // Whole micro-tiles straight through BLIS's native micro-kernel, on operands the caller packed once and reuses
 // (no per-call packing; this is how a fused kernel keeps its blocks in cache). For i < m_panels, j < n_panels:

@@ -28,7 +28,6 @@
 #include <omp.h>
 #endif
 
-#include <hwy/aligned_allocator.h>
 #include <hwy/cache_control.h>
 
 #include "attn/tiled.hpp"
@@ -48,22 +47,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 namespace {
-
-Index round_up(Index x, Index m) { return (x + m - 1) / m * m; }
-
-// A 64-byte aligned buffer that only grows (BLIS reads packed panels with aligned loads).
-template <class T>
-struct Buffer {
-    hwy::AlignedFreeUniquePtr<T[]> data;
-    Index size = 0;
-    T* get(Index n) {
-        if (n > size) {
-            data = hwy::AllocateAligned<T>(static_cast<std::size_t>(n));
-            size = n;
-        }
-        return data.get();
-    }
-};
 
 // Sizes of one call, derived from the micro-tile.
 struct Layout {
@@ -85,8 +68,8 @@ struct Workspace {
     Index b = -1;
     std::vector<Index> keys;  // readable key positions of batch element b, ascending
     std::vector<Index> slot_block;   // per slot: the key block of b packed there (pack_block), -1 for none
-    Buffer<T> kp, vp, qp, sp, acc, blk;  // blk: one key block's P V for one query panel, before it joins acc
-    Buffer<T> bias;                      // one tile's explicit bias, in the layout of s (bias_tile)
+    PackedBuffer<T> kp, vp, qp, sp, acc, blk;  // blk: one key block's P V for one query panel, before it joins acc
+    PackedBuffer<T> bias;                // one tile's explicit bias, in the layout of s (bias_tile)
     std::vector<T> row_max, row_sum;  // per lane (query)
     // Rows of q, k or v in the compute type while they are packed (row_values: one per lane, `width` apart), a row
     // of zeros for the lanes past the last row, and the lanes' row pointers (transpose_rows).
