@@ -3,9 +3,9 @@
 //
 // Benchmark names are config strings (attn/suite/config.hpp):
 // "sdpa(B=1,H=8,Tq=4096,Tk=4096,Dk=64,Dv=64,mask=none,dtype=float,threads=1,impl=tiled)".
-// FLOPs per attention = 4 B H Tq Tk D (also for causal, so causal shows as higher GFLOP/s); per gemm 2 M N K.
-// Sliding-window rows count 4 B H D per visible (query, key) pair instead: their GFLOP/s is the rate on the work a
-// window leaves, so it compares with the gemm directly.
+// FLOPs per attention = 4 B H D per visible (query, key) pair: Tq Tk without a positional rule, about half of it
+// causal, the band of a sliding window; so every row's GFLOP/s is the rate on the work its mask leaves and compares
+// with the gemm's (2 M N K) directly, never above the limit because pairs were skipped.
 // float16 and bfloat16 rows: the tiled kernel on 16-bit storage (float32 arithmetic), against the float gemm.
 // Library rows write into one preallocated output (scaled_dot_product_attention_into), as the gemm does.
 // Backward rows (op "backward"): attn::sdpa_backward after one untimed forward that saved the output and lse, FLOPs
@@ -123,6 +123,14 @@ struct Variant {
     bool alibi = false;  // ALiBi with the standard slopes (H), attn::alibi_slopes
 };
 
+// The (query, key) pairs a row's positional rule leaves (causal bottom-right and the window, as the rows run).
+double visible_pairs(Index Tq, Index Tk, bool causal, std::optional<attn::SlidingWindow> window) {
+    const attn::PositionRule rule{causal, attn::CausalAlignment::BottomRight, window};
+    double pairs = 0;
+    for (Index i = 0; i < Tq; ++i) pairs += double(rule.keys(i, Tq, Tk).end - rule.keys(i, Tq, Tk).begin);
+    return pairs;
+}
+
 template <class T>
 void bench_attention(benchmark::State& state, const std::string& impl, Index Tq, Index Tk, bool causal, int threads,
                      const Variant& variant = {}) {
@@ -159,13 +167,7 @@ void bench_attention(benchmark::State& state, const std::string& impl, Index Tq,
         attn::scaled_dot_product_attention_into(out.view(), q.view(), k.view(), v.view(), std::nullopt, options);
         benchmark::DoNotOptimize(out.data());
     }
-    double pairs = double(Tq) * double(Tk);
-    if (window) {
-        const attn::PositionRule rule{causal, attn::CausalAlignment::BottomRight, window};
-        pairs = 0;
-        for (Index i = 0; i < Tq; ++i) pairs += double(rule.keys(i, Tq, Tk).end - rule.keys(i, Tq, Tk).begin);
-    }
-    state.counters["flop"] = 4.0 * double(B * H) * pairs * double(D);
+    state.counters["flop"] = 4.0 * double(B * H) * visible_pairs(Tq, Tk, causal, window) * double(D);
 }
 
 // The backward pass of the same call: dq, dk, dv from a dout of normal values.
@@ -187,7 +189,7 @@ void bench_backward(benchmark::State& state, const std::string& impl, Index T_le
                                                              f.lse->view(), dout.view(), std::nullopt, options);
         benchmark::DoNotOptimize(g.dq.data());
     }
-    state.counters["flop"] = 10.0 * double(B * H) * double(T_len) * double(T_len) * double(D);
+    state.counters["flop"] = 10.0 * double(B * H) * visible_pairs(T_len, T_len, causal, std::nullopt) * double(D);
 }
 
 void register_all(bool quick, int reps_override, const std::vector<std::string>& gemm_configurations) {

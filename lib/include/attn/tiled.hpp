@@ -91,12 +91,12 @@ inline constexpr TiledKernelInfo tiled_kernel_info{.query_block = tiled_query_bl
 // it (oracle/BOUNDS.md section 12b). Per batch element, one thread, key blocks of key_block readable keys outside and
 // blocks of query_block query rows inside (blocks no row of which reads a key of the key block are skipped):
 //   1. D_i = fl(sum_c dout_ic out_ic)                  the forward's saved output, sequential over Dv, once per row
-//   2. s_ij = fl(scale * fl(q_i . k_j))                 BLIS gemm, any order; then the forward's cap and bias
+//   2. s_ij = fl(scale * fl(q_i . k_j))                 packed products, any order; then the forward's cap and bias
 //                                                       (TiledKernelInfo: Highway's Tanh, one addition)
 //   3. p_ij = Exp(fl(s_ij - lse_i))                     the forward's saved lse, Highway's Exp (exp_max_ulps)
-//   4. dv_j += p_ij dout_i; dP_ij = fl(dout_i . v_j)     BLIS gemms, any order; dv accumulated over query blocks
+//   4. dv_j += p_ij dout_i; dP_ij = fl(dout_i . v_j)     packed products, any order; dv summed over query blocks
 //   5. dS_ij = fl(p_ij fl(dP_ij - D_i))                 (times fl(1 - t^2), t = s'_ij / cap, with a cap)
-//   6. dk_j += dS_ij q_i; dq_i += dS_ij k_j              BLIS gemms, accumulated over blocks (any order of the sums)
+//   6. dk_j += dS_ij q_i; dq_i += dS_ij k_j              packed products, summed over blocks (any order)
 //   7. dq = fl(scale * dq), dk = fl(scale * dk)         once, at the end
 // No step depends on the thread count (threads take whole batch elements), so neither do the bits.
 struct TiledBackwardInfo {
