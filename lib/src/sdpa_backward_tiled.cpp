@@ -58,7 +58,7 @@ bool all_finite_tile(const T* x, Index panel_count, Index ps, Index count) {
     return sum == T(0);
 }
 
-Index panels(Index lanes, Index width) { return (lanes + width - 1) / width; }
+Index panels(Index lanes, Index width) { return round_up(lanes, width) / width; }
 
 // Sizes of one batch element's products, from the micro-tile (mr x nr) and the blocks (Bq x Bk). Panel strides are
 // in elements, multiples of 16 (packed_gemm's alignment).
@@ -255,10 +255,7 @@ bool sdpa_backward_tiled_batch(const SdpaProblem<S>& p, const Readability& r, co
             packed_gemm<T>(row_panels, key_panels, Dk, static_cast<T>(p.scale), qa + I * Y.q_block, Y.ps_q, kt, Y.ps_kt,
                            T(0), s, nr, 1, mr * nr, Y.ps_s);
             // 3. blocked logits -inf, allowed ones finite (check_finite), capped, biased: the forward's logits. Keys
-            // past nb in the last panel -inf too (P = 0 there).
-            if (nb % nr != 0)
-                for (Index rr = 0; rr < rows; ++rr)
-                    std::fill_n(s + (key_panels - 1) * Y.ps_s + rr * nr + nb % nr, nr - nb % nr, neg_inf);
+            // past nb in the last panel -inf too (P = 0 there), after the finite check, which reads whole panels.
             const bool cut = all_lo[Ix] > c0 || all_hi[Ix] < c0 + nb;
             const auto logit_overflowed = [&](Index i) {
                 throw_overflow(p.function, "a logit (scale * q k^T)", p.batch_index_string(b), i, p.shapes);
@@ -281,6 +278,9 @@ bool sdpa_backward_tiled_batch(const SdpaProblem<S>& p, const Readability& r, co
                         if (!std::isfinite(x)) logit_overflowed(i0 + rr);
                     });
             }
+            if (nb % nr != 0)
+                for (Index rr = 0; rr < rows; ++rr)
+                    std::fill_n(s + (key_panels - 1) * Y.ps_s + rr * nr + nb % nr, nr - nb % nr, neg_inf);
             if (capped)
                 for (Index j = 0; j < key_panels; ++j) {
                     T* x = s + j * Y.ps_s;

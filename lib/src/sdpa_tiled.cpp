@@ -69,7 +69,7 @@ struct Workspace {
     std::vector<Index> keys;  // readable key positions of batch element b, ascending
     std::vector<Index> slot_block;   // per slot: the key block of b packed there (pack_block), -1 for none
     PackedBuffer<T> kp, vp, qp, sp, acc, blk;  // blk: one key block's P V for one query panel, before it joins acc
-    PackedBuffer<T> bias;                // one tile's explicit bias, in the layout of s (bias_tile)
+    PackedBuffer<T> bias;                      // one tile's explicit bias, in the layout of s (bias_tile)
     std::vector<T> row_max, row_sum;  // per lane (query)
     // Rows of q, k or v in the compute type while they are packed (row_values: one per lane, `width` apart), a row
     // of zeros for the lanes past the last row, and the lanes' row pointers (transpose_rows).
