@@ -88,7 +88,7 @@ void sdpa_tiled(const SdpaProblem<T>& problem, const std::vector<Readability>& r
 // the call again.
 struct ValuesNeedChecking {};
 
-// x[i] = exp(x[i]) for i < n with the exp the tiled kernel uses (Highway's Exp), so its accuracy can be measured.
+// x[i] = exp(x[i]) for i < n with the exp the tiled kernel uses (kernel_exp in sdpa_tiled.cpp), so its accuracy can be measured.
 template <class T>
 void tiled_exp(T* x, Index n);
 

@@ -289,12 +289,87 @@ void pack_block(const SdpaProblem<S>& p, const Readability& r, Index kb, const L
     w.slot_block[static_cast<std::size_t>(slot_of(L, kb))] = kb;
 }
 
-// Exp that passes NaN through without handing it to hn::Exp, whose float -> int step is undefined for NaN
-// (UBSan; a NaN logit reaches here only with check_finite off).
+// The kernel's exp (forward and backward; its arguments are s - max, m_old - m_new and s - lse, <= 0 up to the
+// rounding of a saved lse, or -inf): Highway's Exp (hwy/contrib/math/math-inl.h) with its reduction and polynomial,
+// x = q ln2 + r, q = round(x / ln2), r in two Cody-Waite steps (|r| <= ln2 / 2), exp(r) = 1 + (r + r^2 P(r))
+// (Highway's ExpPoly), times 2^q, but fewer operations on the way to q and 2^q:
+// - q from adding 1.5 * 2^(digits - 1), whose ulp is 1: the sum holds q in its low significand bits, and q as a
+//   float is the sum minus that constant, exactly. Highway rounds through int32 (two conversions; for double a
+//   narrowing and a widening across lanes).
+// - With AVX-512, 2^q by scalef, one rounding, as Highway's two multiplications by 2^floor(q/2) and 2^(q -
+//   floor(q/2)) (the first exact), which the other targets keep, with the exponents from q's bits.
+// - x below `lowest` is raised to it, whose exp rounds to 0: -inf gives 0 without Highway's compare and select.
+// The same results as Highway's Exp except where the two roundings of x / ln2 pick neighbouring q; within
+// tiled_exp_max_ulps on every target, subnormal results included (lib/tests/tiled_test.cpp measures it).
+template <class T>
+struct ExpConstants;
+template <>
+struct ExpConstants<float> {
+    using Bits = std::int32_t;
+    static constexpr float lowest = -104.0f;        // exp(-104) = 6.8e-46 < 2^-150: rounds to 0
+    static constexpr float round = 12582912.0f;     // 1.5 * 2^23
+    static constexpr Bits round_bits = 0x4b400000;  // its bits
+    static constexpr int exponent_bias = 127, significand_bits = 23;
+    static constexpr float ln2_hi = 0.693145751953125f;  // 16 significant bits: q ln2_hi exact for |q| < 2^8
+    static constexpr float ln2_lo = 1.428606765330187045e-6f;
+};
+template <>
+struct ExpConstants<double> {
+    using Bits = std::int64_t;
+    static constexpr double lowest = -746.0;                // exp(-746) = 1.0e-324 < 2^-1075: rounds to 0
+    static constexpr double round = 6755399441055744.0;     // 1.5 * 2^52
+    static constexpr Bits round_bits = 0x4338000000000000;  // its bits
+    static constexpr int exponent_bias = 1023, significand_bits = 52;
+    static constexpr double ln2_hi = 0.6931471805596629565116018;  // q ln2_hi exact for |q| < 2^11
+    static constexpr double ln2_lo = 0.28235290563031577122588448175e-12;
+};
+
+#if HWY_TARGET <= HWY_AVX3
+// y 2^q for integral q, rounded once: AVX-512's scalef (Highway 1.0.3 has no op for it).
+template <size_t N>
+HWY_INLINE hn::Vec128<float, N> times_power_of_two(hn::Vec128<float, N> y, hn::Vec128<float, N> q) {
+    return hn::Vec128<float, N>{_mm_scalef_ps(y.raw, q.raw)};
+}
+template <size_t N>
+HWY_INLINE hn::Vec128<double, N> times_power_of_two(hn::Vec128<double, N> y, hn::Vec128<double, N> q) {
+    return hn::Vec128<double, N>{_mm_scalef_pd(y.raw, q.raw)};
+}
+HWY_INLINE hn::Vec512<float> times_power_of_two(hn::Vec512<float> y, hn::Vec512<float> q) {
+    return hn::Vec512<float>{_mm512_scalef_ps(y.raw, q.raw)};
+}
+HWY_INLINE hn::Vec512<double> times_power_of_two(hn::Vec512<double> y, hn::Vec512<double> q) {
+    return hn::Vec512<double>{_mm512_scalef_pd(y.raw, q.raw)};
+}
+#endif
+
+template <class D, class V = hn::VFromD<D>>
+HWY_INLINE V kernel_exp(D d, V x) {
+    using T = hn::TFromD<D>;
+    using C = ExpConstants<T>;
+    x = hn::Max(x, hn::Set(d, C::lowest));
+    const V t = hn::MulAdd(x, hn::Set(d, T(1.442695040888963407359924681)), hn::Set(d, C::round));
+    const V q = hn::Sub(t, hn::Set(d, C::round));  // round(x / ln2), exactly
+    V r = hn::NegMulAdd(q, hn::Set(d, C::ln2_hi), x);
+    r = hn::NegMulAdd(q, hn::Set(d, C::ln2_lo), r);
+    const V y = hn::Add(hn::impl::ExpImpl<T>().ExpPoly(d, r), hn::Set(d, T(1)));
+#if HWY_TARGET <= HWY_AVX3
+    return times_power_of_two(y, q);
+#else
+    const hn::RebindToSigned<D> di;
+    const auto qi = hn::Sub(hn::BitCast(di, t), hn::Set(di, C::round_bits));
+    const auto half = hn::ShiftRight<1>(qi);  // floor(q / 2)
+    const auto bias = hn::Set(di, typename C::Bits(C::exponent_bias));
+    const V first = hn::BitCast(d, hn::ShiftLeft<C::significand_bits>(hn::Add(half, bias)));
+    const V second = hn::BitCast(d, hn::ShiftLeft<C::significand_bits>(hn::Add(hn::Sub(qi, half), bias)));
+    return hn::Mul(hn::Mul(y, first), second);
+#endif
+}
+
+// kernel_exp that passes NaN through (a NaN logit reaches here only with check_finite off).
 template <class D, class V>
 HWY_INLINE V exp_or_nan(D d, V x) {
     const auto nan = hn::IsNaN(x);
-    return hn::IfThenElse(nan, x, hn::Exp(d, hn::IfThenZeroElse(nan, x)));
+    return hn::IfThenElse(nan, x, kernel_exp(d, hn::IfThenZeroElse(nan, x)));
 }
 
 // Online softmax over one key block for the nr queries of one panel (lanes), keys [0, nb) of s (Bk_pad, nr):
@@ -304,7 +379,7 @@ HWY_INLINE V exp_or_nan(D d, V x) {
 // fewer per vector.
 template <bool NaNs, class D, class T = hn::TFromD<D>>
 void online_softmax(D d, T* s, Index nb, Index nr, T* m, T* l, T* acc, Index Dv_pad) {
-    const auto exp = [d](auto x) { return NaNs ? exp_or_nan(d, x) : hn::Exp(d, x); };
+    const auto exp = [d](auto x) { return NaNs ? exp_or_nan(d, x) : kernel_exp(d, x); };
     const Index N = static_cast<Index>(hn::Lanes(d));
     const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
     for (Index x = 0; x < nr; x += N) {
@@ -1002,9 +1077,9 @@ void tiled_exp_impl(T* x, Index n) {
     const hn::ScalableTag<T> d;
     const Index N = static_cast<Index>(hn::Lanes(d));
     Index i = 0;
-    for (; i + N <= n; i += N) hn::StoreU(hn::Exp(d, hn::LoadU(d, x + i)), d, x + i);
+    for (; i + N <= n; i += N) hn::StoreU(kernel_exp(d, hn::LoadU(d, x + i)), d, x + i);
     const hn::CappedTag<T, 1> d1;
-    for (; i < n; ++i) hn::StoreU(hn::Exp(d1, hn::LoadU(d1, x + i)), d1, x + i);
+    for (; i < n; ++i) hn::StoreU(kernel_exp(d1, hn::LoadU(d1, x + i)), d1, x + i);
 }
 
 }  // namespace

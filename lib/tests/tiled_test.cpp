@@ -387,16 +387,21 @@ double ulp_distance(T a, T b) {
 }
 
 TEMPLATE_TEST_CASE("on every SIMD target, the kernel's exp is within tiled_exp_max_ulps of the correctly rounded "
-                   "exp on (-inf, 0]",
+                   "exp on (-inf, log(max)]",
                    "[tiled][exp]", float, double) {
-    // Every argument the kernel passes is s - max <= 0 (or -inf); the sweep covers down to where exp underflows
-    // to 0 (subnormal results included), with exact identities first. The error model (tiled_kernel_info) uses one
-    // number for every target, so it is measured on each target this CPU runs; the maximum is always printed.
+    // The forward's arguments are s - max <= 0 (or -inf); the backward's s - lse may be just above 0 (a saved lse's
+    // rounding), or anything below log(max) with a wrong lse. The sweep covers down to where exp underflows to 0
+    // (subnormal results included) on 2^20 points and up to the largest finite result on 2^16, with exact identities
+    // first. The error model (tiled_kernel_info) uses one number for every target, so it is measured on each target
+    // this CPU runs; the maximum is always printed.
     const std::string forced = simd_target();
-    const double lowest = sizeof(TestType) == 4 ? -103.9 : -708.0;
-    const Index n = 1 << 20;
+    const double lowest = sizeof(TestType) == 4 ? -103.9 : -745.0;
+    const double highest = std::log(double(std::numeric_limits<TestType>::max())) - 1e-3;
+    const Index n_below = 1 << 20, n_above = 1 << 16, n = n_below + n_above;
     std::vector<TestType> x(static_cast<std::size_t>(n));
-    for (Index i = 0; i < n; ++i) x[i] = static_cast<TestType>(lowest * double(i) / double(n - 1));
+    for (Index i = 0; i < n_below; ++i) x[i] = static_cast<TestType>(lowest * double(i) / double(n_below - 1));
+    for (Index i = 0; i < n_above; ++i)
+        x[n_below + i] = static_cast<TestType>(highest * double(i + 1) / double(n_above));
     // Under ATTN_SIMD_TARGET (ctest's per-target runs) the forced target alone; otherwise every one.
     const std::vector<std::string> targets =
         std::getenv("ATTN_SIMD_TARGET") ? std::vector<std::string>{forced} : simd_targets();

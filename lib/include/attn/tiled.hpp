@@ -26,7 +26,7 @@ namespace attn {
 struct TiledKernelInfo {
     Index query_block;          // query rows per task
     Index key_block;            // keys per online-softmax step
-    double exp_max_ulps;        // Highway Exp: max error in ulps of the result (its documented table)
+    double exp_max_ulps;        // the kernel's Exp: max error in ulps of the result (measured on every target)
     // SdpaOptions::softcap: after step 1, s_j = fl(fl(cap) * Tanh(fl(s_j * fl(1 / fl(cap))))) for allowed keys,
     // the tanh within tanh_max_ulps. SdpaOptions::bias: then s_j = fl(s_j + bias_j), one addition per allowed
     // key (oracle/BOUNDS.md section 2c).
@@ -55,8 +55,11 @@ struct TiledKernelInfo {
     constexpr Index rescalings(Index readable_keys) const { return (readable_keys + key_block - 1) / key_block; }
 };
 
-// Highway's Exp (hwy/contrib/math/math-inl.h): "Max Error: ULP = 1" on float32[-FLT_MAX, +104],
-// float64[-DBL_MAX, +706]; the kernel only evaluates it on arguments <= 0 (and at -inf, where it gives 0).
+// The kernel's Exp (sdpa_tiled.cpp, kernel_exp): Highway's reduction and polynomial (hwy/contrib/math/math-inl.h,
+// "Max Error: ULP = 1") with the rounding to q and the scaling by 2^q done in fewer operations. Its arguments are
+// <= 0 (s - max), -inf (a blocked key; exp gives 0) or, in the backward, s - lse, which a saved lse's rounding may
+// leave just above 0; at most 1 ulp on every target over (-inf, log(max)], subnormal results included
+// (lib/tests/tiled_test.cpp measures it).
 inline constexpr double tiled_exp_max_ulps = 1.0;
 
 // The soft-capping's tanh. float: the kernel's own rational approximation (sdpa_tiled.cpp, tanh_float), checked at
@@ -93,7 +96,7 @@ inline constexpr TiledKernelInfo tiled_kernel_info{.query_block = tiled_query_bl
 //   1. D_i = fl(sum_c dout_ic out_ic)                  the forward's saved output, sequential over Dv, once per row
 //   2. s_ij = fl(scale * fl(q_i . k_j))                 packed products, any order; then the forward's cap and bias
 //                                                       (TiledKernelInfo: Highway's Tanh, one addition)
-//   3. p_ij = Exp(fl(s_ij - lse_i))                     the forward's saved lse, Highway's Exp (exp_max_ulps)
+//   3. p_ij = Exp(fl(s_ij - lse_i))                     the forward's saved lse, the forward's Exp (exp_max_ulps)
 //   4. dv_j += p_ij dout_i; dP_ij = fl(dout_i . v_j)     packed products, any order; dv summed over query blocks
 //   5. dS_ij = fl(p_ij fl(dP_ij - D_i))                 (times fl(1 - t^2), t = s'_ij / cap, with a cap)
 //   6. dk_j += dS_ij q_i; dq_i += dS_ij k_j              packed products, summed over blocks (any order)
