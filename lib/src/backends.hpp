@@ -101,6 +101,9 @@ void tiled_softcap(T* x, Index n, T cap);
 // checked against the scalar one (attn/half.hpp) on every pattern and target.
 template <class S>
 void tiled_widen(const S* x, Index n, float* y);
+// y[i] = S(x[i]) for i < n with the SIMD rounding the tiled kernel writes a 16-bit output with (the same check).
+template <class S>
+void tiled_narrow(const float* x, Index n, S* y);
 
 // SIMD dispatch of the tiled kernel (sdpa_tiled.cpp): the Highway targets compiled in (a HWY_TARGETS mask) and
 // the one HWY_DYNAMIC_DISPATCH runs now (a single target bit).

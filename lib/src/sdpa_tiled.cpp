@@ -120,6 +120,58 @@ void widen(const S* src, Index n, float* dst) {
     for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
+// float32 -> 16-bit storage, rounded to nearest, ties to even, one vector at a time in 32-bit lanes (the output's
+// rounding): the bits of the scalar conversion (attn/half.hpp) on every target (lib/tests/tiled_test.cpp checks
+// every float whose bits are a multiple of 2^7, and every float near each format's edges). Highway 1.0.3's
+// DemoteTo truncates to bfloat16, and to float16 without F16C. NaN: quiet, the top bits of its payload kept.
+// bfloat16: adding 2^15 - 1 plus the kept part's lowest bit rounds the dropped half to nearest even (a carry runs
+// into the exponent, up to infinity). float16: magnitudes from 2^16 up are infinity; below 2^-14 (float16's
+// subnormals) adding 0.5f rounds to float16's subnormal grid, 2^-24, in float's own addition (0.5f's ulp is 2^-24),
+// leaving the result in its low bits; otherwise the bfloat16 rule with 13 bits dropped, exponent re-biased.
+template <class D>
+hn::VFromD<hn::RebindToUnsigned<D>> narrow_bits(D, hn::VFromD<D> v, bfloat16*) {
+    const hn::RebindToUnsigned<D> du;
+    const auto u = hn::BitCast(du, v);
+    const auto rounded = hn::ShiftRight<16>(
+        hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u))));
+    const auto nan = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x0040u));
+    return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, rounded);
+}
+template <class D>
+hn::VFromD<hn::RebindToUnsigned<D>> narrow_bits(D df, hn::VFromD<D> v, float16*) {
+    const hn::RebindToUnsigned<D> du;
+    const hn::RebindToSigned<D> di;
+    const auto u = hn::BitCast(du, v);
+    const auto sign = hn::ShiftRight<16>(hn::And(u, hn::Set(du, 0x8000'0000u)));
+    const auto a = hn::And(u, hn::Set(du, 0x7fff'ffffu));
+    const auto normal = hn::ShiftRight<13>(hn::Add(hn::Sub(a, hn::Set(du, 0x3800'0000u - 0xfffu)),
+                                                   hn::And(hn::ShiftRight<13>(a), hn::Set(du, 1u))));
+    const auto half = hn::Set(df, 0.5f);
+    const auto subnormal = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), half)), hn::BitCast(du, half));
+    const auto nan = hn::Or(hn::ShiftRight<13>(hn::And(a, hn::Set(du, 0x007f'ffffu))), hn::Set(du, 0x7e00u));
+    const auto ai = hn::BitCast(di, a);  // below 2^31: compared as signed
+    auto h = hn::IfThenElse(hn::RebindMask(du, hn::Lt(ai, hn::Set(di, 0x3880'0000))), subnormal, normal);
+    h = hn::IfThenElse(hn::RebindMask(du, hn::Gt(ai, hn::Set(di, 0x4780'0000 - 1))), hn::Set(du, 0x7c00u), h);
+    h = hn::IfThenElse(hn::RebindMask(du, hn::Gt(ai, hn::Set(di, 0x7f80'0000))), nan, h);
+    return hn::Or(h, sign);
+}
+
+// dst[i] = S(src[i]) for i < n, SIMD (the output's conversion to 16-bit storage).
+template <class S>
+void narrow(const float* src, Index n, S* dst) {
+    const hn::ScalableTag<float> df;
+    const hn::RebindToSigned<decltype(df)> di32;
+    const hn::Rebind<std::uint16_t, decltype(df)> du16;
+    const Index N = static_cast<Index>(hn::Lanes(df));
+    auto* bits = reinterpret_cast<std::uint16_t*>(dst);  // both types are one uint16_t (attn/half.hpp)
+    Index i = 0;
+    for (; i + N <= n; i += N) {
+        const auto h = narrow_bits(df, hn::LoadU(df, src + i), static_cast<S*>(nullptr));  // < 2^16 in each lane
+        hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, h)), du16, bits + i);
+    }
+    for (; i < n; ++i) dst[i] = static_cast<S>(src[i]);
+}
+
 // The n values row[0], row[stride], ... in the compute type T: the row itself when it is already contiguous T,
 // else converted into tmp (SIMD from contiguous 16-bit storage). Exact in every case.
 template <class S, class T>
@@ -934,51 +986,42 @@ void tile(const SdpaProblem<S>& p, const Readability& r, const SdpaOptions& opti
             lse[i] = r.row_nonempty[static_cast<std::size_t>(i0 + i)] ? w.row_max[i] + std::log(w.row_sum[i])
                                                                      : -std::numeric_limits<T>::infinity();
     if (Dv == 0) return;  // nothing to write, and acc holds no storage to index into
-    if constexpr (std::is_same_v<S, T>) {
-        // Per query panel: the division in the lanes, one transpose into the output rows, then the rows the
-        // division does not give, and the overflow check, row by row in order (as in the loop below).
-        for (Index jq = 0; jq < panels; ++jq) {
-            const Index r0 = jq * nr, valid = std::min(nr, rows - r0);
-            T* a = acc + jq * L.Dv_pad * nr;
-            divide_lanes_any_width(a, w.row_sum.data() + r0, Dv, nr, w.over.data());
-            for (Index dv = 0; dv < Dv; ++dv) w.lanes[dv] = a + dv * nr;
+    // Per query panel: the division in the lanes, one transpose into the output rows (through blk and one SIMD
+    // rounding into 16-bit storage when S is not T), then the rows the division does not give, and the overflow
+    // check (in S: a 16-bit output may overflow where its float did not), row by row in order.
+    for (Index jq = 0; jq < panels; ++jq) {
+        const Index r0 = jq * nr, valid = std::min(nr, rows - r0);
+        T* a = acc + jq * L.Dv_pad * nr;
+        divide_lanes_any_width(a, w.row_sum.data() + r0, Dv, nr, w.over.data());
+        for (Index dv = 0; dv < Dv; ++dv) w.lanes[dv] = a + dv * nr;
+        if constexpr (std::is_same_v<S, T>) {
             transpose_rows(w.lanes.data(), Dv, valid, out + r0 * Dv);
-            for (Index rr = 0; rr < valid; ++rr) {
-                const Index i = r0 + rr;
-                S* orow = out + i * Dv;
-                if (!r.row_nonempty[static_cast<std::size_t>(i0 + i)]) {
-                    write_empty_row(options.empty_rows, orow, Dv, static_cast<S*>(nullptr), 0);
-                } else if (w.row_sum[i] == T(0)) {
-                    std::fill_n(orow, Dv, std::numeric_limits<T>::quiet_NaN());  // as below
-                } else if (options.check_finite && w.over[rr]) {
-                    throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i0 + i, p.shapes);
+        } else {
+            transpose_rows(w.lanes.data(), Dv, valid, blk);  // blk holds Dv_pad * nr values
+            narrow(blk, valid * Dv, out + r0 * Dv);
+        }
+        for (Index rr = 0; rr < valid; ++rr) {
+            const Index i = r0 + rr;
+            S* orow = out + i * Dv;
+            if (!r.row_nonempty[static_cast<std::size_t>(i0 + i)]) {
+                write_empty_row(options.empty_rows, orow, Dv, static_cast<S*>(nullptr), 0);
+            } else if (w.row_sum[i] == T(0)) {
+                // Every allowed logit of this row was -inf (an overflow, reachable only with check_finite off): the
+                // softmax is undefined, NaN as in `reference`, without dividing by zero.
+                std::fill_n(orow, Dv, static_cast<S>(std::numeric_limits<T>::quiet_NaN()));
+            } else if (options.check_finite) {
+                bool overflow = w.over[rr];
+                if constexpr (!std::is_same_v<S, T>) {
+                    // |x| <= max is false for NaN and both infinities; branch-free, so the compiler vectorises it.
+                    int any = 0;
+                    for (Index d = 0; d < Dv; ++d)
+                        any |= !(std::fabs(static_cast<T>(orow[d])) <= std::numeric_limits<T>::max());
+                    overflow = overflow || any;
                 }
+                if (overflow)
+                    throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i0 + i, p.shapes);
             }
         }
-        return;
-    }
-    for (Index i = 0; i < rows; ++i) {
-        S* orow = out + i * Dv;
-        if (!r.row_nonempty[static_cast<std::size_t>(i0 + i)]) {
-            write_empty_row(options.empty_rows, orow, Dv, static_cast<S*>(nullptr), 0);
-            continue;
-        }
-        const T* a = acc + (i / nr) * L.Dv_pad * nr + i % nr;  // (dim d) at a[d * nr]
-        const T l = w.row_sum[i];
-        if (l == T(0)) {
-            // Every allowed logit of this row was -inf (an overflow, reachable only with check_finite off): the
-            // softmax is undefined, NaN as in `reference`, without dividing by zero.
-            std::fill_n(orow, Dv, static_cast<S>(std::numeric_limits<T>::quiet_NaN()));
-            continue;
-        }
-        // The check branch-free, in a form the compiler vectorises (|x| <= max is false for NaN and both infinities).
-        int overflow = 0;
-        for (Index d = 0; d < Dv; ++d) {
-            orow[d] = static_cast<S>(a[d * nr] / l);
-            overflow |= !(std::fabs(static_cast<T>(orow[d])) <= std::numeric_limits<T>::max());
-        }
-        if (options.check_finite && overflow)
-            throw_overflow(p.function, "the output (weights @ v)", p.batch_index_string(b), i0 + i, p.shapes);
     }
 }
 
@@ -1106,6 +1149,8 @@ void tiled_softcap_float(float* x, Index n, float cap) { soft_cap_any_count(x, n
 void tiled_softcap_double(double* x, Index n, double cap) { soft_cap_any_count(x, n, cap); }
 void tiled_widen_float16(const float16* x, Index n, float* y) { widen(x, n, y); }
 void tiled_widen_bfloat16(const bfloat16* x, Index n, float* y) { widen(x, n, y); }
+void tiled_narrow_float16(const float* x, Index n, float16* y) { narrow(x, n, y); }
+void tiled_narrow_bfloat16(const float* x, Index n, bfloat16* y) { narrow(x, n, y); }
 void tiled_exp_double(double* x, Index n) { tiled_exp_impl(x, n); }
 std::int64_t compiled_target() { return HWY_TARGET; }
 
@@ -1126,6 +1171,8 @@ HWY_EXPORT(tiled_softcap_float);
 HWY_EXPORT(tiled_softcap_double);
 HWY_EXPORT(tiled_widen_float16);
 HWY_EXPORT(tiled_widen_bfloat16);
+HWY_EXPORT(tiled_narrow_float16);
+HWY_EXPORT(tiled_narrow_bfloat16);
 HWY_EXPORT(compiled_target);
 
 template <>
@@ -1182,6 +1229,16 @@ template <>
 void tiled_widen<bfloat16>(const bfloat16* x, Index n, float* y) {
     apply_simd_target_from_environment();
     HWY_DYNAMIC_DISPATCH(tiled_widen_bfloat16)(x, n, y);
+}
+template <>
+void tiled_narrow<float16>(const float* x, Index n, float16* y) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(tiled_narrow_float16)(x, n, y);
+}
+template <>
+void tiled_narrow<bfloat16>(const float* x, Index n, bfloat16* y) {
+    apply_simd_target_from_environment();
+    HWY_DYNAMIC_DISPATCH(tiled_narrow_bfloat16)(x, n, y);
 }
 
 std::int64_t simd_compiled_targets() { return HWY_TARGETS; }

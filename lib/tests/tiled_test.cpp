@@ -1,4 +1,5 @@
 // Backend `tiled` against `reference`: random shapes, masks, policies, unreadable NaN rows, thread counts.
+#include <bit>
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -624,6 +625,44 @@ TEMPLATE_TEST_CASE("on every SIMD target, the kernel's packing converts every 16
         }
         INFO("target " << target << ": " << differ << " patterns differ, the first 0x" << std::hex
                        << x[first].bits);
+        CHECK(differ == 0);
+    }
+    force_simd_target(forced);
+}
+
+TEMPLATE_TEST_CASE("on every SIMD target, the kernel's output rounding gives every float the 16-bit value the scalar "
+                   "conversion gives, bit for bit",
+                   "[tiled][half]", float16, bfloat16) {
+    // Floats with bits a multiple of 2^9 + 7 apart (every exponent, varied low bits), and every float within 2^16
+    // ulps of the edges: ties and carries near 1, both formats' largest finite values and the float16 infinity
+    // threshold (65520), float16's smallest normal and subnormals (2^-14, 2^-24, 2^-25: rounds to 0 or up), float's
+    // smallest normal, infinity and the NaNs beside it; each with both signs, at every offset of the vector loop.
+    const std::string forced = simd_target();
+    std::vector<float> x;
+    const auto add_bits = [&](std::uint32_t bits) {
+        for (const std::uint32_t sign : {0u, 0x8000'0000u}) x.push_back(std::bit_cast<float>(bits | sign));
+    };
+    for (std::uint64_t bits = 0; bits < 0x8000'0000ull; bits += (1u << 9) + 7) add_bits(static_cast<std::uint32_t>(bits));
+    for (const float edge : {1.0f, 65504.0f, 65520.0f, 0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.fep127f,
+                             std::numeric_limits<float>::max(), std::numeric_limits<float>::min(),
+                             std::numeric_limits<float>::infinity()}) {
+        const auto centre = static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(edge));
+        for (std::int64_t d = -(1 << 16); d <= (1 << 16); ++d)
+            if (centre + d >= 0 && centre + d < 0x8000'0000ll) add_bits(static_cast<std::uint32_t>(centre + d));
+    }
+    x.push_back(0.0f);  // an odd count: a scalar tail on every lane count
+    const std::vector<std::string> targets =
+        std::getenv("ATTN_SIMD_TARGET") ? std::vector<std::string>{forced} : simd_targets();
+    for (const std::string& target : targets) {
+        force_simd_target(target);
+        std::vector<TestType> y(x.size(), TestType::from_bits(0x1234));
+        detail::tiled_narrow(x.data(), static_cast<Index>(x.size()), y.data());
+        std::size_t differ = 0, first = 0;
+        for (std::size_t i = 0; i < x.size(); ++i)
+            if (static_cast<TestType>(x[i]).bits != y[i].bits && differ++ == 0) first = i;
+        INFO("target " << target << ": " << differ << " of " << x.size() << " floats differ, the first 0x" << std::hex
+                       << std::bit_cast<std::uint32_t>(x[first]) << " -> 0x" << y[first].bits << ", scalar 0x"
+                       << static_cast<TestType>(x[first]).bits);
         CHECK(differ == 0);
     }
     force_simd_target(forced);
