@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "attn/error.hpp"
+#include "attn/half.hpp"
 #include "attn/kernel_abi.h"
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
@@ -38,12 +39,38 @@ namespace {
 using attn::Index;
 using attn::Shape;
 
-// A zero-copy view of a NumPy array of exactly T (no silent conversion: a float64 array is no float32 input).
+// The element types the calls compute in. float16 comes as NumPy's float16; bfloat16, which NumPy lacks, as the
+// int16 (or uint16) bits of each element, as attn/__init__.py gets them from a torch.bfloat16 tensor
+// (tensor.view(torch.int16)) and as `attn check --dtype bfloat16` reads them; float16 bits are taken that way too.
+template <class T>
+constexpr const char* dtype_name() {
+    if constexpr (std::is_same_v<T, float>) return "float32";
+    else if constexpr (std::is_same_v<T, double>) return "float64";
+    else if constexpr (std::is_same_v<T, attn::float16>) return "float16";
+    else return "bfloat16";
+}
+
+bool is_bits16(const py::array& a) { return a.dtype().kind() == 'i' || a.dtype().kind() == 'u'; }
+
+// Whether array a holds elements of T: exactly T for float32, float64 and bool (no silent conversion: a float64 array is no
+// float32 input), NumPy's float16 or 16-bit integers (the bits) for float16, 16-bit integers for bfloat16.
+template <class T>
+bool holds(const py::array& a) {
+    if constexpr (!std::is_same_v<T, attn::float16> && !std::is_same_v<T, attn::bfloat16>) {
+        return a.dtype().is(py::dtype::of<T>());
+    } else {
+        if (a.dtype().itemsize() != 2) return false;
+        return is_bits16(a) || (std::is_same_v<T, attn::float16> && a.dtype().kind() == 'f');
+    }
+}
+
+// A zero-copy view of a NumPy array of elements of T (holds<T>).
 template <class T>
 attn::TensorView<const T> view_of(const py::array& a, const std::string& function, const char* name) {
-    if (!a.dtype().is(py::dtype::of<T>()))
+    if (!holds<T>(a))
         throw attn::ConfigError(function + ": " + name + " is " + std::string(py::str(a.dtype())) + ", expected " +
-                                std::string(py::str(py::dtype::of<T>())) + " like q");
+                                dtype_name<T>() + " like q" +
+                                (std::is_same_v<T, attn::bfloat16> ? " (as its int16 bits)" : ""));
     Shape shape(static_cast<std::size_t>(a.ndim())), strides(shape.size());
     for (py::ssize_t d = 0; d < a.ndim(); ++d) {
         shape[static_cast<std::size_t>(d)] = a.shape(d);
@@ -54,10 +81,15 @@ attn::TensorView<const T> view_of(const py::array& a, const std::string& functio
     return attn::TensorView<const T>(static_cast<const T*>(a.data()), shape, strides);
 }
 
+// A copy as a NumPy array: float16 as NumPy's float16, bfloat16 as its int16 bits (the package makes a
+// torch.bfloat16 tensor of them where the inputs were tensors).
 template <class T>
 py::array to_numpy(const attn::Tensor<T>& t) {
     std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-    py::array_t<T> out(shape);
+    py::dtype dtype = std::is_same_v<T, attn::float16>    ? py::dtype("float16")
+                      : std::is_same_v<T, attn::bfloat16> ? py::dtype::of<std::int16_t>()
+                                                          : py::dtype::of<T>();
+    py::array out(dtype, shape);
     std::memcpy(out.mutable_data(), t.data(), static_cast<std::size_t>(t.numel()) * sizeof(T));
     return out;
 }
@@ -160,11 +192,26 @@ py::list option_table() {
     return rows;
 }
 
-bool is_float32(const py::array& q) { return q.dtype().is(py::dtype::of<float>()); }
-
-void require_float(const py::array& q, const std::string& function) {
-    if (!is_float32(q) && !q.dtype().is(py::dtype::of<double>()))
-        throw attn::ConfigError(function + ": q must be float32 or float64, got " + std::string(py::str(q.dtype())));
+// f.template operator()<T>() for the element type of q: its dtype, or with 16-bit integers the `dtype` the call
+// names ("bfloat16" or "float16": the bits of that type). The one dispatch of every call.
+template <class F>
+decltype(auto) with_dtype(const py::array& q, const std::string& dtype, const std::string& function, F&& f) {
+    const std::string got = py::str(q.dtype());
+    if (!dtype.empty() && dtype != "bfloat16" && dtype != "float16")
+        throw attn::ConfigError(function + ": dtype must be 'bfloat16' or 'float16' (the type whose bits 16-bit "
+                                "integer inputs are), got '" + dtype + "'");
+    if (!dtype.empty() && !is_bits16(q) && !(dtype == "float16" && holds<attn::float16>(q)))
+        throw attn::ConfigError(function + ": dtype='" + dtype + "' reads 16-bit integer inputs as its bits, but q is " +
+                                got);
+    if (q.dtype().is(py::dtype::of<float>())) return f.template operator()<float>();
+    if (q.dtype().is(py::dtype::of<double>())) return f.template operator()<double>();
+    if (holds<attn::float16>(q) && (q.dtype().kind() == 'f' || dtype == "float16"))
+        return f.template operator()<attn::float16>();
+    if (holds<attn::bfloat16>(q) && dtype == "bfloat16") return f.template operator()<attn::bfloat16>();
+    if (holds<attn::bfloat16>(q))
+        throw attn::ConfigError(function + ": q is " + got + ": the bits of a 16-bit type? Say which with "
+                                "dtype='bfloat16' or dtype='float16' (a torch.bfloat16 tensor needs neither)");
+    throw attn::ConfigError(function + ": q must be float32, float64, float16 or bfloat16, got " + got);
 }
 
 template <class T>
@@ -179,12 +226,32 @@ py::object sdpa_t(const py::array& q, const py::array& k, const py::array& v, co
     return py::make_tuple(to_numpy(r.output), r.weights ? py::object(to_numpy(*r.weights)) : py::none());
 }
 
+// The error model a check's bound is for: a named one (oracle::model_by_name) and, for 16-bit kernels, where the
+// kernel rounds to storage inside the computation (ErrorModel::logit_storage_roundings, probabilities_in_storage;
+// `attn check --logit-storage-roundings`, `--probabilities-in-storage`).
+struct ModelChoice {
+    std::string name = "generic";
+    Index key_block = 64;
+    Index logit_storage_roundings = 0;
+    bool probabilities_in_storage = false;
+};
+
+ModelChoice model_of(const std::string& name, Index key_block, Index logit_storage_roundings,
+                     bool probabilities_in_storage, const std::string& function) {
+    if (logit_storage_roundings < 0 || logit_storage_roundings > 2)
+        throw attn::ConfigError(function + ": logit_storage_roundings must be 0, 1 or 2, got " +
+                                std::to_string(logit_storage_roundings));
+    return {name, key_block, logit_storage_roundings, probabilities_in_storage};
+}
+
 template <class T>
 attn::oracle::Result<T> oracle_t(const std::string& fn, const py::array& q, const py::array& k, const py::array& v,
-                                 const std::optional<py::array>& mask, const Problem& problem, const std::string& model,
-                                 Index key_block, bool statistical) {
+                                 const std::optional<py::array>& mask, const Problem& problem, const ModelChoice& model,
+                                 bool statistical) {
     attn::oracle::OracleOptions oo;
-    oo.model = attn::oracle::model_by_name(model, key_block);
+    oo.model = attn::oracle::model_by_name(model.name, model.key_block);
+    oo.model.logit_storage_roundings = model.logit_storage_roundings;
+    oo.model.probabilities_in_storage = model.probabilities_in_storage;
     oo.statistical = statistical;
     return attn::oracle::scaled_dot_product_attention<T>(view_of<T>(q, fn, "q"), view_of<T>(k, fn, "k"), view_of<T>(v, fn, "v"),
                                                          mask_of(mask, fn), problem.options<T>(fn), oo);
@@ -210,9 +277,9 @@ py::dict comparison_dict(const attn::oracle::Comparison& c) {
 
 template <class T>
 py::dict check_t(const py::array& q, const py::array& k, const py::array& v, const py::array& out,
-                 const std::optional<py::array>& mask, const Problem& problem, const std::string& model, Index key_block) {
+                 const std::optional<py::array>& mask, const Problem& problem, const ModelChoice& model) {
     const std::string fn = "attn.check";
-    const attn::oracle::Result<T> r = oracle_t<T>(fn, q, k, v, mask, problem, model, key_block, true);
+    const attn::oracle::Result<T> r = oracle_t<T>(fn, q, k, v, mask, problem, model, true);
     const attn::TensorView<const T> candidate = view_of<T>(out, fn, "out");
     if (candidate.shape() != r.output.shape())
         throw attn::ShapeError(fn + ": out is " + attn::to_string(candidate.shape()) + " but the output of q, k, v is " +
@@ -222,7 +289,7 @@ py::dict check_t(const py::array& q, const py::array& k, const py::array& v, con
     d["passed"] = verdict.pass();
     d["suspicious"] = verdict.suspicious();
     d["model"] = r.model.name;
-    d["dtype"] = std::is_same_v<T, float> ? "float32" : "float64";
+    d["dtype"] = dtype_name<T>();
     d["oracle_bits"] = r.bits;
     return d;
 }
@@ -409,17 +476,19 @@ PYBIND11_MODULE(_attn, m) {
     // The keywords of every call are the option table's (attn/options.hpp); the package passes them as a dict.
     m.def("option_table", &option_table);
     m.def("sdpa", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
-                     bool return_weights, const py::dict& options) {
-        require_float(q, "attn.sdpa");
+                     bool return_weights, const py::dict& options, const std::string& dtype) {
         const Problem p = problem_of(options, "attn.sdpa", true);
-        return is_float32(q) ? sdpa_t<float>(q, k, v, mask, p, return_weights)
-                             : sdpa_t<double>(q, k, v, mask, p, return_weights);
+        return with_dtype(q, dtype, "attn.sdpa",
+                          [&]<class T>() { return sdpa_t<T>(q, k, v, mask, p, return_weights); });
     });
     m.def("oracle", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
-                       const std::string& model, Index key_block, const py::dict& options) {
-        require_float(q, "attn.oracle");
-        const Problem p = problem_of(options, "attn.oracle", false);
-        const auto pack = [](const auto& r) {
+                       const std::string& model, Index key_block, Index logit_storage_roundings,
+                       bool probabilities_in_storage, const py::dict& options, const std::string& dtype) {
+        const std::string fn = "attn.oracle";
+        const Problem p = problem_of(options, fn, false);
+        const ModelChoice mc = model_of(model, key_block, logit_storage_roundings, probabilities_in_storage, fn);
+        return with_dtype(q, dtype, fn, [&]<class T>() {
+            const attn::oracle::Result<T> r = oracle_t<T>(fn, q, k, v, mask, p, mc, false);
             py::dict d;
             d["output"] = to_numpy(r.output);
             d["bound"] = to_numpy(r.output_bound);
@@ -427,18 +496,18 @@ PYBIND11_MODULE(_attn, m) {
             d["weights_bound"] = to_numpy(r.weights_bound);
             d["model"] = r.model.name;
             d["bits"] = r.bits;
+            d["dtype"] = dtype_name<T>();
             return d;
-        };
-        return is_float32(q) ? pack(oracle_t<float>("attn.oracle", q, k, v, mask, p, model, key_block, false))
-                             : pack(oracle_t<double>("attn.oracle", q, k, v, mask, p, model, key_block, false));
+        });
     });
     m.def("check", [](const py::array& q, const py::array& k, const py::array& v, const py::array& out,
                       std::optional<py::array> mask, const std::string& model, Index key_block,
-                      const py::dict& options) {
-        require_float(q, "attn.check");
-        const Problem p = problem_of(options, "attn.check", false);
-        return is_float32(q) ? check_t<float>(q, k, v, out, mask, p, model, key_block)
-                             : check_t<double>(q, k, v, out, mask, p, model, key_block);
+                      Index logit_storage_roundings, bool probabilities_in_storage, const py::dict& options,
+                      const std::string& dtype) {
+        const std::string fn = "attn.check";
+        const Problem p = problem_of(options, fn, false);
+        const ModelChoice mc = model_of(model, key_block, logit_storage_roundings, probabilities_in_storage, fn);
+        return with_dtype(q, dtype, fn, [&]<class T>() { return check_t<T>(q, k, v, out, mask, p, mc); });
     });
     m.def("serve", &serve);
 }

@@ -30,17 +30,48 @@ class Unsupported(Exception):
     under the message, like a kernel library's ATTN_KERNEL_UNSUPPORTED."""
 
 
+def _is_tensor(x):
+    return hasattr(x, "detach") and hasattr(x, "numpy")
+
+
+def _is_bfloat16_tensor(x):
+    return _is_tensor(x) and str(x.dtype) == "torch.bfloat16"
+
+
 def _array(x, name):
-    """A NumPy array of x without a copy where possible (CPU PyTorch tensors share their memory)."""
+    """A NumPy array of x without a copy where possible (CPU PyTorch tensors share their memory); a torch.bfloat16
+    tensor, which NumPy has no dtype for, as its int16 bits."""
     if x is None:
         return None
-    if hasattr(x, "detach") and hasattr(x, "numpy"):  # a torch.Tensor
-        x = x.detach().cpu().numpy()
+    if _is_tensor(x):
+        x = x.detach().cpu()
+        if _is_bfloat16_tensor(x):
+            import torch
+            x = x.view(torch.int16)
+        x = x.numpy()
     a = np.asarray(x)
-    if a.dtype.kind == "f" and any(s % a.itemsize for s in a.strides):
+    bits = a.dtype.kind in "iu" and a.itemsize == 2
+    if (a.dtype.kind == "f" or bits) and any(s % a.itemsize for s in a.strides):
         a = np.ascontiguousarray(a)
-    if a.dtype.kind not in "fb":
-        raise ConfigError(f"attn: {name} must be a float32/float64 array (or a bool mask), got {a.dtype}")
+    if a.dtype.kind not in "fb" and not bits:
+        raise ConfigError(f"attn: {name} must be a float32, float64 or float16 array, a torch.bfloat16 tensor, the "
+                          f"int16 bits of a 16-bit type (with dtype=) or a bool mask, got {a.dtype}")
+    return a
+
+
+def _dtype(q, dtype):
+    """The dtype the compiled half reads 16-bit integers as: the one named, or bfloat16 for a torch.bfloat16 q."""
+    if dtype is not None:
+        return str(dtype).replace("torch.", "")
+    return "bfloat16" if _is_bfloat16_tensor(q) else ""
+
+
+def _result(a, q):
+    """An output of the compiled half for the caller: a torch.bfloat16 tensor where q was one (the compiled half
+    gives bfloat16 as int16 bits), else the NumPy array."""
+    if a is not None and _is_bfloat16_tensor(q):
+        import torch
+        return torch.from_numpy(a).view(torch.bfloat16)
     return a
 
 
@@ -62,26 +93,46 @@ def _options_doc(library_call):
         f"      {r['python']} (default {r['default']}): {r['help']}" for r in rows)
 
 
-def sdpa(q, k, v, mask=None, *, return_weights=False, **options):
+_DTYPES_DOC = """
+    Inputs: float32, float64 or float16 (NumPy arrays or torch tensors), or torch.bfloat16 tensors; k, v, the bias
+    and the slopes of q's dtype. A bfloat16 result is a torch.bfloat16 tensor (NumPy has no bfloat16); dtype=
+    "bfloat16" or "float16" reads int16/uint16 arrays as the bits of that type (tensor.view(torch.int16).numpy(),
+    as `attn check --dtype` does) and gives a bfloat16 result as such bits. 16-bit inputs compute in float32 and
+    round once to their dtype."""
+
+_MODEL_DOC = """
+    model: the error model of the kernel the bound is for: "generic" (any kernel), "reference" or "tiled" (online
+    softmax with key_block keys per block). A 16-bit kernel that rounds to its storage type inside the computation
+    says where: logit_storage_roundings (1: q k^T stored in 16 bits; 2: then scaled in 16 bits too, as an unfused
+    16-bit matmul and multiplication do), probabilities_in_storage (the exps or weights rounded to 16 bits before
+    the P V product, as FlashAttention's forward and a 16-bit softmax do)."""
+
+
+def sdpa(q, k, v, mask=None, *, return_weights=False, dtype=None, **options):
     """softmax(scale q k^T, masked) v with attn's library: a NumPy array (and the weights when asked for).
 
     mask: bool, broadcastable to (..., Tq, Tk), True = may attend. causal: None, "top-left" or "bottom-right".
     window: (left, right), FlashAttention's window_size (-1 = unbounded). bias: broadcastable to (..., Tq, Tk).
     alibi_slopes: broadcastable to the batch dims ((H) or (B, H))."""
-    return _attn.sdpa(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), return_weights,
-                      _options(options))
+    r = _attn.sdpa(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), return_weights,
+                   _options(options), _dtype(q, dtype))
+    return tuple(_result(x, q) for x in r) if return_weights else _result(r, q)
 
 
-def oracle(q, k, v, mask=None, *, model="generic", key_block=64, **options):
+def oracle(q, k, v, mask=None, *, model="generic", key_block=64, logit_storage_roundings=0,
+           probabilities_in_storage=False, dtype=None, **options):
     """The exact attention of these inputs (correctly rounded to their dtype) and, per element, the rigorous bound
-    on the error of a kernel following `model` (generic, reference or tiled with key_block): a dict with output,
-    bound, weights, weights_bound, model and bits."""
-    return _attn.oracle(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), model, key_block,
-                        _options(options))
+    on the error of a kernel following `model`: a dict with output, bound, weights, weights_bound, model, bits
+    and dtype."""
+    r = _attn.oracle(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), model, key_block,
+                     int(logit_storage_roundings), bool(probabilities_in_storage), _options(options),
+                     _dtype(q, dtype))
+    r["output"], r["weights"] = _result(r["output"], q), _result(r["weights"], q)
+    return r
 
 
-sdpa.__doc__ += _options_doc(True)
-oracle.__doc__ += _options_doc(False)
+sdpa.__doc__ += _DTYPES_DOC + _options_doc(True)
+oracle.__doc__ += _DTYPES_DOC + _MODEL_DOC + _options_doc(False)
 
 
 class CheckResult:
@@ -96,17 +147,19 @@ class CheckResult:
         return bool(self.passed)
 
     def __repr__(self):
-        return f"CheckResult({'pass' if self.passed else 'FAIL'}: {self.summary})"
+        return f"CheckResult({self.summary})"  # the summary opens with the verdict (pass or FAIL)
 
 
-def check(q, k, v, out, mask=None, *, model="generic", key_block=64, **options):
-    """Checks `out` (your kernel's output for q, k, v) against the oracle: what `attn check` does with .npy files
-    (the options as in oracle)."""
+def check(q, k, v, out, mask=None, *, model="generic", key_block=64, logit_storage_roundings=0,
+          probabilities_in_storage=False, dtype=None, **options):
+    """Checks `out` (your kernel's output for q, k, v, of q's dtype) against the oracle: what `attn check` does
+    with .npy files (the options as in oracle)."""
     return CheckResult(_attn.check(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(out, "out"),
-                                   _array(mask, "mask"), model, key_block, _options(options)))
+                                   _array(mask, "mask"), model, key_block, int(logit_storage_roundings),
+                                   bool(probabilities_in_storage), _options(options), _dtype(q, dtype)))
 
 
-check.__doc__ += _options_doc(False)
+check.__doc__ += _DTYPES_DOC + _MODEL_DOC + _options_doc(False)
 
 
 class PropertiesResult:

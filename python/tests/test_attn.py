@@ -134,6 +134,50 @@ def test_bad_input_is_refused_naming_the_function_and_tensors():
         attn.oracle(q, k, v, backend="tiled")
 
 
+def test_sixteen_bit_inputs_from_torch_and_numpy():
+    q, k, v = inputs(Tq=7, Tk=9, Dk=8, Dv=4)
+    # torch.bfloat16 in, torch.bfloat16 out; the same bits through int16 arrays with dtype="bfloat16".
+    qb, kb, vb = (torch.from_numpy(x).to(torch.bfloat16) for x in (q, k, v))
+    out = attn.sdpa(qb, kb, vb, causal="top-left")
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16 and tuple(out.shape) == (2, 3, 7, 4)
+    bits = attn.sdpa(*(x.view(torch.int16).numpy() for x in (qb, kb, vb)), causal="top-left", dtype="bfloat16")
+    assert bits.dtype == np.int16 and np.array_equal(bits, out.view(torch.int16).numpy())
+    result = attn.check(qb, kb, vb, out, causal="top-left")
+    assert result.passed and result.dtype == "bfloat16" and 0 < result.tightness <= 1
+    exact = attn.oracle(qb, kb, vb, causal="top-left")
+    assert exact["dtype"] == "bfloat16" and exact["output"].dtype == torch.bfloat16
+    assert np.all(np.abs(out.float().numpy() - exact["output"].float().numpy()) <= exact["bound"])
+    # NumPy's float16 in and out, and torch.float16 tensors as the same arrays.
+    q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
+    out16 = attn.sdpa(q16, k16, v16, window=(2, 0))
+    assert out16.dtype == np.float16
+    assert attn.check(*(torch.from_numpy(x) for x in (q16, k16, v16)), torch.from_numpy(out16), window=(2, 0)).passed
+    # A wrong 16-bit output fails: the scale left out.
+    assert not attn.check(qb, kb, vb, attn.sdpa(qb, kb, vb, causal="top-left", scale=1.0), causal="top-left").passed
+    with pytest.raises(attn.ConfigError, match=r"attn.sdpa: q is int16: the bits of a 16-bit type\? Say which"):
+        attn.sdpa(*(x.view(torch.int16).numpy() for x in (qb, kb, vb)))
+    with pytest.raises(attn.ConfigError, match="attn.check: out is float32, expected bfloat16 like q"):
+        attn.check(qb, kb, vb, out.float())
+    with pytest.raises(attn.ConfigError, match="attn.sdpa: k is float32, expected float16 like q"):
+        attn.sdpa(q16, k, v16)
+
+
+def test_a_bfloat16_torch_attention_is_judged_where_it_rounds():
+    # PyTorch's attention in bfloat16 rounds the logits to bfloat16 twice (the matmul, then the scaling) and the
+    # weights once (softmax) before the P V matmul. Against the bound of a kernel that computes in float32 and
+    # rounds once, its output is over the bound; declared where it rounds, it is within it.
+    q, k, v = inputs(Tq=16, Tk=32, Dk=16, Dv=8, seed=3)
+    qb, kb, vb = (torch.from_numpy(x).to(torch.bfloat16) for x in (3 * q, k, v))
+    scale = 1.0 / np.sqrt(16)
+    s = (qb @ kb.transpose(-1, -2)) * torch.tensor(scale, dtype=torch.bfloat16)
+    out = torch.softmax(s, dim=-1) @ vb
+    assert out.dtype == torch.bfloat16
+    once = attn.check(qb, kb, vb, out)
+    assert not once.passed and once.tightness > 1
+    where = attn.check(qb, kb, vb, out, logit_storage_roundings=2, probabilities_in_storage=True)
+    assert where.passed, where.summary
+
+
 def test_every_keyword_is_a_row_of_the_option_table():
     rows = {r["python"]: r for r in attn._attn.option_table()}
     for name in ("causal", "scale", "empty_rows", "window", "window_alignment", "softcap", "bias", "alibi_slopes",
