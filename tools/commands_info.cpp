@@ -25,30 +25,33 @@ nlohmann::json limit_json(const MachineLimit& m) {
     return {{"n", m.n},
             {"threads", 1},
             {"configurations", configurations},
-            {"sgemm_gflops", m.fastest_sgemm.sgemm_gflops},
-            {"sgemm_configuration", m.fastest_sgemm.configuration},
-            {"dgemm_gflops", m.fastest_dgemm.dgemm_gflops},
-            {"dgemm_configuration", m.fastest_dgemm.configuration},
+            {"packed", {{"sgemm_gflops", m.packed.sgemm_gflops}, {"dgemm_gflops", m.packed.dgemm_gflops}}},
+            {"sgemm_gflops", m.limit_sgemm.sgemm_gflops},
+            {"sgemm_configuration", m.limit_sgemm.configuration},
+            {"dgemm_gflops", m.limit_dgemm.dgemm_gflops},
+            {"dgemm_configuration", m.limit_dgemm.configuration},
             {"fma_width", m.fma_width},
             {"peak_fma_float_gflops", m.peak_fma_float_gflops},
             {"peak_fma_double_gflops", m.peak_fma_double_gflops}};
 }
 
+// BLIS's picks against the fastest BLIS configuration (the ones the library could run its general gemm on).
 std::vector<std::string> limit_warnings(const BlisChoice& c, const MachineLimit& m) {
     std::vector<std::string> w;
     const auto pct = [](double x, double of) { return fixed(of > 0 ? 100 * x / of : 0, 1) + "%"; };
     const double s = m.fastest_sgemm.sgemm_gflops;
     if (m.own.sgemm_gflops < 0.9 * s)
         w.push_back("BLIS's own pick for this CPU (" + c.own + ") runs sgemm at " + pct(m.own.sgemm_gflops, s) +
-                    " of the limit (" + m.fastest_sgemm.configuration + "); " +
+                    " of the fastest BLIS configuration (" + m.fastest_sgemm.configuration + "); " +
                     (c.gemm == c.own ? "the library runs it (" + c.reason + ")"
                                      : "the library runs " + c.name() + " instead"));
     if (m.chosen.sgemm_gflops < 0.97 * s)
         w.push_back("the library's gemm configuration (" + c.gemm + ") runs sgemm at " +
-                    pct(m.chosen.sgemm_gflops, s) + " of the limit (" + m.fastest_sgemm.configuration + ")");
+                    pct(m.chosen.sgemm_gflops, s) + " of the fastest BLIS configuration (" +
+                    m.fastest_sgemm.configuration + ")");
     if (m.chosen.dgemm_gflops < 0.97 * m.fastest_dgemm.dgemm_gflops)
         w.push_back("the library's gemm configuration (" + c.gemm + ") runs dgemm at " +
-                    pct(m.chosen.dgemm_gflops, m.fastest_dgemm.dgemm_gflops) + " of the limit (" +
+                    pct(m.chosen.dgemm_gflops, m.fastest_dgemm.dgemm_gflops) + " of the fastest BLIS configuration (" +
                     m.fastest_dgemm.configuration + ")");
     return w;
 }
@@ -59,12 +62,13 @@ void print_limit(const BlisChoice& c, const MachineLimit& m) {
     for (const GemmSpeed& g : m.configurations)
         std::printf("  %-12s %8.1f %8.1f%s\n", g.configuration.c_str(), g.sgemm_gflops, g.dgemm_gflops,
                     g.configuration == c.gemm ? "  <- the library's gemm" : g.configuration == c.own ? "  <- BLIS's own pick" : "");
-    std::printf("  limit: sgemm %.1f (%s), dgemm %.1f (%s)\n", m.fastest_sgemm.sgemm_gflops,
-                m.fastest_sgemm.configuration.c_str(), m.fastest_dgemm.dgemm_gflops,
-                m.fastest_dgemm.configuration.c_str());
+    std::printf("  %-12s %8.1f %8.1f  <- the tiled kernels' micro-kernels (%s, %s) in a blocked gemm\n", "packed",
+                m.packed.sgemm_gflops, m.packed.dgemm_gflops, c.packed_float.c_str(), c.packed_double.c_str());
+    std::printf("  limit: sgemm %.1f (%s), dgemm %.1f (%s)\n", m.limit_sgemm.sgemm_gflops,
+                m.limit_sgemm.configuration.c_str(), m.limit_dgemm.dgemm_gflops, m.limit_dgemm.configuration.c_str());
     std::printf("  peak FMA (%s, one core): float %.1f, double %.1f; the sgemm limit is %.1f%% of it\n",
                 m.fma_width.c_str(), m.peak_fma_float_gflops, m.peak_fma_double_gflops,
-                m.peak_fma_float_gflops > 0 ? 100 * m.fastest_sgemm.sgemm_gflops / m.peak_fma_float_gflops : 0.0);
+                m.peak_fma_float_gflops > 0 ? 100 * m.limit_sgemm.sgemm_gflops / m.peak_fma_float_gflops : 0.0);
     for (const std::string& w : limit_warnings(c, m)) std::cout << "  WARNING: " << w << "\n";
 }
 

@@ -268,6 +268,51 @@ void packed_gemm(Index m_panels, Index n_panels, Index k, T alpha, const T* a, I
     }
 }
 
+template <class T>
+void packed_blocked_gemm(Index m, Index n, Index k, const T* a, const T* b, T* c) {
+    const MicroTile t = micro_tile<T>();
+    const Index mr = t.mr, nr = t.nr;
+    if (m < 0 || n < 0 || k < 0 || n % nr != 0)
+        throw ConfigError("packed_blocked_gemm: n = " + std::to_string(n) + " must be a multiple of nr = " +
+                          std::to_string(nr) + " (m = " + std::to_string(m) + ", k = " + std::to_string(k) + ")");
+    // Blocks: B's kc x n in L3, an mc x kc block of A and a kc x nr panel of B in L2 (kc = 1024, mc = 8 mr: 384 KiB
+    // and 128 KiB in float with 12 x 32 tiles). kc = 1024 measured 10-15% faster than BLIS's usual 256 on a Zen 5
+    // at n = 2048 (the own micro-kernels load and store their C tile once per call).
+    constexpr Index kc = 1024;
+    const Index mc = 8 * mr;
+    std::fill_n(c, m * n, T(0));
+    PackedBuffer<T> ap, bp, scratch;  // scratch: the C rows of a partial last row panel
+    for (Index pc = 0; pc < k; pc += kc) {
+        const Index kb = std::min(kc, k - pc);
+        const Index ps_a = round_up(kb * mr, 16), ps_b = round_up(kb * nr, 16);
+        T* bpan = bp.get(n / nr * ps_b);
+        for (Index j = 0; j < n / nr; ++j)
+            for (Index p = 0; p < kb; ++p)
+                std::copy_n(b + (pc + p) * n + j * nr, nr, bpan + j * ps_b + p * nr);
+        for (Index ic = 0; ic < m; ic += mc) {
+            const Index mb = std::min(mc, m - ic), panels = (mb + mr - 1) / mr, full = mb / mr;
+            T* apan = ap.get(panels * ps_a);
+            for (Index i = 0; i < panels; ++i)
+                for (Index p = 0; p < kb; ++p)
+                    for (Index r = 0; r < mr; ++r) {
+                        const Index row = ic + i * mr + r;
+                        apan[i * ps_a + p * mr + r] = row < m ? a[row * k + pc + p] : T(0);
+                    }
+            packed_gemm<T>(full, n / nr, kb, T(1), apan, ps_a, bpan, ps_b, T(1), c + ic * n, n, 1, mr * n, nr);
+            if (full < panels) {  // rows ic + full * mr .. m: through mr scratch rows of C
+                const Index r0 = ic + full * mr, rows = m - r0;
+                T* tile = scratch.get(mr * n);
+                std::fill_n(tile, mr * n, T(0));
+                std::copy_n(c + r0 * n, rows * n, tile);
+                packed_gemm<T>(1, n / nr, kb, T(1), apan + full * ps_a, ps_a, bpan, ps_b, T(1), tile, n, 1, 0, nr);
+                std::copy_n(tile, rows * n, c + r0 * n);
+            }
+        }
+    }
+}
+
+template void packed_blocked_gemm<float>(Index, Index, Index, const float*, const float*, float*);
+template void packed_blocked_gemm<double>(Index, Index, Index, const double*, const double*, double*);
 template MicroTile micro_tile<float>();
 template MicroTile micro_tile<double>();
 template void packed_gemm<float>(Index, Index, Index, float, const float*, Index, const float*, Index, float, float*,

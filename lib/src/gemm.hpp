@@ -120,4 +120,12 @@ template <class T>
 void packed_gemm(Index m_panels, Index n_panels, Index k, T alpha, const T* a, Index ps_a, const T* b, Index ps_b,
                  T beta, T* c, Index rs_c, Index cs_c, Index ts_m, Index ts_n, Ahead* ahead = nullptr);
 
+// C (m x n) = A (m x k) @ B (k x n), each row-major and contiguous, on packed_gemm's micro-kernels (the tiled
+// kernels') in a plain blocked loop that packs blocks of A and B itself, as a BLIS gemm does: the measured limit's
+// "packed" row (attn/machine.hpp), the speed the library's own products reach on a large square product. Not a
+// general gemm: n must be a multiple of the micro-tile's nr (ConfigError otherwise); m and k are any. Each element
+// is the sum over kc-blocks of k, each block's dot product one sequential FMA sum added to C (fl(C + block)).
+template <class T>
+void packed_blocked_gemm(Index m, Index n, Index k, const T* a, const T* b, T* c);
+
 }  // namespace attn::detail

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "attn/attn.hpp"
 #include "attn/machine.hpp"
 #include "error_message.hpp"
+#include "gemm.hpp"
 
 using namespace attn;
 using attn::test::error_message;
@@ -180,8 +183,45 @@ TEST_CASE("the measured limit is the fastest gemm among the runnable configurati
     }
     CHECK(m.chosen.configuration == c.gemm);
     CHECK(m.own.configuration == c.own);
+    // The packed products count too: the limit is the fastest of everything measured.
+    CHECK(m.packed.configuration == "packed");
+    CHECK(m.packed.sgemm_gflops > 0);
+    CHECK(m.packed.dgemm_gflops > 0);
+    CHECK(m.limit_sgemm.sgemm_gflops == std::max(m.fastest_sgemm.sgemm_gflops, m.packed.sgemm_gflops));
+    CHECK(m.limit_dgemm.dgemm_gflops == std::max(m.fastest_dgemm.dgemm_gflops, m.packed.dgemm_gflops));
     CHECK(m.peak_fma_float_gflops > 0);
     CHECK(m.peak_fma_double_gflops > 0);
+}
+
+TEMPLATE_TEST_CASE("the limit's packed gemm is a product within its rounding bound, partial blocks included",
+                   "[machine]", float, double) {
+    // m spans two row blocks (8 mr rows each) and ends in a partial panel; k spans two kc = 1024 blocks, the second
+    // partial; n is two of the widest nr. Each element is a sum of k exact FMA products with at most k - 1
+    // roundings inside the blocks and one per block into C: |c - exact| <= gamma_(k+2) sum |a||b| (Higham's bound,
+    // gamma_j = j u / (1 - j u)), against a long double product.
+    const Index mr = detail::micro_tile<TestType>().mr;
+    const Index m = 16 * mr + 5, n = 64, k = 1100;
+    std::vector<TestType> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n)),
+        c(static_cast<std::size_t>(m * n), TestType(7));
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    for (auto& x : a) x = static_cast<TestType>(u(rng));
+    for (auto& x : b) x = static_cast<TestType>(u(rng));
+    detail::packed_blocked_gemm<TestType>(m, n, k, a.data(), b.data(), c.data());
+    const double unit = std::numeric_limits<TestType>::epsilon() / 2;
+    const double gamma = (k + 2) * unit / (1 - (k + 2) * unit);
+    Index over = 0;
+    for (Index i = 0; i < m; ++i)
+        for (Index j = 0; j < n; ++j) {
+            long double exact = 0, magnitude = 0;
+            for (Index p = 0; p < k; ++p) {
+                exact += static_cast<long double>(a[i * k + p]) * b[p * n + j];
+                magnitude += std::fabs(static_cast<long double>(a[i * k + p]) * b[p * n + j]);
+            }
+            if (std::fabs(static_cast<long double>(c[i * n + j]) - exact) > gamma * magnitude) ++over;
+        }
+    CHECK(over == 0);
+    CHECK_THROWS_AS(detail::packed_blocked_gemm<TestType>(m, n + 1, k, a.data(), b.data(), c.data()), ConfigError);
 }
 
 // ATTN_BLIS_ARCH and BLIS_ARCH_TYPE, read once at the first BLIS call: each test in a process of its own (ctest:

@@ -386,14 +386,17 @@ Action add_bench_command(CLI::App& app) {
         const std::string binary = ATTN_BENCH_BINARY;
         std::cout << "attn bench: " << (quick ? "quick run" : "full run")
                   << " (B=1, H=8, D=64; medians of repetitions; ratios within this run)\n";
-        // The limit first: every BLIS configuration this CPU runs; the run then times the fastest and BLIS's own
-        // pick beside the library's gemm, and every percentage is of the fastest gemm row.
+        // The limit first: every BLIS configuration this CPU runs and the packed products; the run then times the
+        // fastest BLIS configuration, BLIS's own pick and the packed products beside the library's gemm, and every
+        // percentage is of the fastest gemm row.
         const BlisChoice choice = blis_choice();
         const MachineLimit limit = measure_machine_limit(quick ? 1024 : 2048, quick ? 1 : 2);
         std::cout << "\n";
         print_limit(choice, limit);
         std::vector<std::string> others;
-        for (const std::string& c : {limit.fastest_sgemm.configuration, limit.fastest_dgemm.configuration, choice.own})
+        // "packed" (the library's packed products, detail::packed_blocked_gemm) always: on AVX-512 it is the limit.
+        for (const std::string& c : {limit.fastest_sgemm.configuration, limit.fastest_dgemm.configuration, choice.own,
+                                     std::string("packed")})
             if (c != choice.gemm && std::find(others.begin(), others.end(), c) == others.end()) others.push_back(c);
         std::string gemm_configs;
         for (const std::string& c : others) gemm_configs += (gemm_configs.empty() ? " --gemm-configs " : ",") + c;

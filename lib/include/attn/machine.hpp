@@ -50,7 +50,9 @@ struct BlisChoice {
 BlisChoice blis_choice();
 
 // The machine's limit for one thread, measured: the fastest square gemm (n^3, one thread, CPU time) among the BLIS
-// configurations this CPU runs, and the peak FMA rate of its widest vectors (independent chains, no memory).
+// configurations this CPU runs and the library's packed products (its tiled kernels' micro-kernels in a blocked
+// gemm, which on AVX-512 are the library's own and may beat every BLIS configuration), and the peak FMA rate of its
+// widest vectors (independent chains, no memory).
 struct GemmSpeed {
     std::string configuration;
     double sgemm_gflops = 0, dgemm_gflops = 0;
@@ -58,7 +60,9 @@ struct GemmSpeed {
 struct MachineLimit {
     long n = 0;
     std::vector<GemmSpeed> configurations;  // in BlisChoice::runnable's order
-    GemmSpeed fastest_sgemm, fastest_dgemm, chosen, own;
+    GemmSpeed fastest_sgemm, fastest_dgemm, chosen, own;  // among the BLIS configurations
+    GemmSpeed packed;                                     // configuration "packed": detail::packed_blocked_gemm
+    GemmSpeed limit_sgemm, limit_dgemm;                   // the fastest of all: fastest_* or packed
     std::string fma_width;  // "avx512", "avx2" or "sse2"
     double peak_fma_float_gflops = 0, peak_fma_double_gflops = 0;
 };
