@@ -19,9 +19,10 @@ double thread_seconds() {
     return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
-// Best of `repetitions` timed products after one untimed one, GFLOP/s on the calling thread's CPU time.
-template <class T>
-double gemm_gflops(const std::string& configuration, long n, int repetitions) {
+// Best of `repetitions` timed n x n x n products after one untimed one, GFLOP/s on the calling thread's CPU time:
+// product(a, b, c) one BLIS configuration's gemm or the library's packed products.
+template <class T, class Product>
+double gflops_of(long n, int repetitions, Product product) {
     std::vector<T> a(static_cast<std::size_t>(n * n)), b(a.size()), c(a.size());
     for (std::size_t i = 0; i < a.size(); ++i) {
         a[i] = static_cast<T>(double(i % 97) / 97.0 - 0.5);
@@ -30,30 +31,25 @@ double gemm_gflops(const std::string& configuration, long n, int repetitions) {
     double best = 0;
     for (int r = 0; r <= repetitions; ++r) {
         const double t0 = thread_seconds();
-        detail::gemm<T>(false, false, n, n, n, T(1), a.data(), n, 1, b.data(), n, 1, T(0), c.data(), n, 1,
-                        configuration.c_str());
+        product(a.data(), b.data(), c.data());
         const double s = thread_seconds() - t0;
         if (r > 0 && s > 0) best = std::max(best, 2.0 * double(n) * double(n) * double(n) / s / 1e9);
     }
     return best;
 }
 
-// The same for the library's packed products (gemm.hpp, packed_blocked_gemm) on an n x n x n product.
+template <class T>
+double gemm_gflops(const std::string& configuration, long n, int repetitions) {
+    return gflops_of<T>(n, repetitions, [&](const T* a, const T* b, T* c) {
+        detail::gemm<T>(false, false, n, n, n, T(1), a, n, 1, b, n, 1, T(0), c, n, 1, configuration.c_str());
+    });
+}
+
+// The library's packed products (gemm.hpp, packed_blocked_gemm).
 template <class T>
 double packed_gflops(long n, int repetitions) {
-    std::vector<T> a(static_cast<std::size_t>(n * n)), b(a.size()), c(a.size());
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        a[i] = static_cast<T>(double(i % 97) / 97.0 - 0.5);
-        b[i] = static_cast<T>(double(i % 89) / 89.0 - 0.5);
-    }
-    double best = 0;
-    for (int r = 0; r <= repetitions; ++r) {
-        const double t0 = thread_seconds();
-        detail::packed_blocked_gemm<T>(n, n, n, a.data(), b.data(), c.data());
-        const double s = thread_seconds() - t0;
-        if (r > 0 && s > 0) best = std::max(best, 2.0 * double(n) * double(n) * double(n) / s / 1e9);
-    }
-    return best;
+    return gflops_of<T>(n, repetitions,
+                        [&](const T* a, const T* b, T* c) { detail::packed_blocked_gemm<T>(n, n, n, a, b, c); });
 }
 
 // Peak FMA: 16 independent accumulators (more than latency x ports on every x86-64 core), `steps` rounds, best of
