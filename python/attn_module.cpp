@@ -26,6 +26,7 @@
 #include "attn/error.hpp"
 #include "attn/half.hpp"
 #include "attn/kernel_abi.h"
+#include "attn/oracle/backward.hpp"
 #include "attn/oracle/metrics.hpp"
 #include "attn/oracle/oracle.hpp"
 #include "attn/sdpa.hpp"
@@ -294,6 +295,41 @@ py::dict check_t(const py::array& q, const py::array& k, const py::array& v, con
     return d;
 }
 
+// The gradients of sum(dout * output) a kernel gave (any of dq, dk, dv; None for one not given) against the
+// oracle's exact ones and their bound for a backward of `model` (`attn check --dout`, oracle/BOUNDS.md section 12).
+template <class T>
+py::dict check_gradients_t(const py::array& q, const py::array& k, const py::array& v, const py::array& dout,
+                           const std::optional<py::array>& dq, const std::optional<py::array>& dk,
+                           const std::optional<py::array>& dv, const std::optional<py::array>& mask,
+                           const Problem& problem, const ModelChoice& model) {
+    const std::string fn = "attn.check";
+    attn::oracle::OracleOptions oo;
+    oo.model = attn::oracle::model_by_name(model.name, model.key_block);
+    oo.model.logit_storage_roundings = model.logit_storage_roundings;
+    oo.model.probabilities_in_storage = model.probabilities_in_storage;
+    const attn::oracle::Gradients<T> g =
+        attn::oracle::sdpa_backward<T>(view_of<T>(q, fn, "q"), view_of<T>(k, fn, "k"), view_of<T>(v, fn, "v"),
+                                       view_of<T>(dout, fn, "dout"), mask_of(mask, fn), problem.options<T>(fn), oo);
+    py::dict d;
+    bool passed = true;
+    const std::pair<const std::optional<py::array>*, attn::oracle::Gradient> given[] = {
+        {&dq, attn::oracle::Gradient::Dq}, {&dk, attn::oracle::Gradient::Dk}, {&dv, attn::oracle::Gradient::Dv}};
+    for (const auto& [candidate, which] : given) {
+        if (!*candidate) continue;
+        const char* name = attn::oracle::gradient_name(which);
+        const attn::oracle::Comparison c = attn::oracle::compare_gradient<T>(view_of<T>(**candidate, fn, name), g, which);
+        py::dict one = comparison_dict(c);
+        one["passed"] = c.pass();
+        passed = passed && c.pass();
+        d[name] = one;
+    }
+    d["passed"] = passed;
+    d["model"] = g.model.name;
+    d["dtype"] = dtype_name<T>();
+    d["oracle_bits"] = g.bits;
+    return d;
+}
+
 // ---- serve: a Python callable as a kernel worker ----------------------------------------------------------------
 
 void copy_into(char* to, std::size_t size, const std::string& from) {
@@ -508,6 +544,17 @@ PYBIND11_MODULE(_attn, m) {
         const Problem p = problem_of(options, fn, false);
         const ModelChoice mc = model_of(model, key_block, logit_storage_roundings, probabilities_in_storage, fn);
         return with_dtype(q, dtype, fn, [&]<class T>() { return check_t<T>(q, k, v, out, mask, p, mc); });
+    });
+    m.def("check_gradients", [](const py::array& q, const py::array& k, const py::array& v, const py::array& dout,
+                                std::optional<py::array> dq, std::optional<py::array> dk, std::optional<py::array> dv,
+                                std::optional<py::array> mask, const std::string& model, Index key_block,
+                                Index logit_storage_roundings, bool probabilities_in_storage,
+                                const py::dict& options, const std::string& dtype) {
+        const std::string fn = "attn.check";
+        const Problem p = problem_of(options, fn, false);
+        const ModelChoice mc = model_of(model, key_block, logit_storage_roundings, probabilities_in_storage, fn);
+        return with_dtype(q, dtype, fn,
+                          [&]<class T>() { return check_gradients_t<T>(q, k, v, dout, dq, dk, dv, mask, p, mc); });
     });
     m.def("serve", &serve);
 }

@@ -138,7 +138,9 @@ oracle.__doc__ += _DTYPES_DOC + _MODEL_DOC + _options_doc(False)
 class CheckResult:
     """attn's verdict on one output: passed (every element within its rigorous bound), max_ulp, max_rel,
     tightness (max error/bound; <= 1 passes), violations of elements, the worst element (worst_index,
-    worst_computed, worst_exact, worst_bound), suspicious (the statistical verdict) and summary."""
+    worst_computed, worst_exact, worst_bound), suspicious (the statistical verdict) and summary. With gradients:
+    gradients, a dict of dq, dk, dv (those given), each with the same fields and its own passed; passed is then
+    every verdict's, and summary has one line per gradient."""
 
     def __init__(self, fields):
         self.__dict__.update(fields)
@@ -150,13 +152,38 @@ class CheckResult:
         return f"CheckResult({self.summary})"  # the summary opens with the verdict (pass or FAIL)
 
 
-def check(q, k, v, out, mask=None, *, model="generic", key_block=64, logit_storage_roundings=0,
-          probabilities_in_storage=False, dtype=None, **options):
-    """Checks `out` (your kernel's output for q, k, v, of q's dtype) against the oracle: what `attn check` does
-    with .npy files (the options as in oracle)."""
-    return CheckResult(_attn.check(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(out, "out"),
-                                   _array(mask, "mask"), model, key_block, int(logit_storage_roundings),
-                                   bool(probabilities_in_storage), _options(options), _dtype(q, dtype)))
+def check(q, k, v, out=None, mask=None, *, dout=None, dq=None, dk=None, dv=None, model="generic", key_block=64,
+          logit_storage_roundings=0, probabilities_in_storage=False, dtype=None, **options):
+    """Checks `out` (your kernel's output for q, k, v, of q's dtype) against the oracle, and with dout the gradients
+    dq, dk, dv (any of them; e.g. from torch autograd with out.backward(dout)) of sum(dout * output) against the
+    exact ones and the bound for a backward of `model` (oracle/BOUNDS.md section 12): what `attn check` and
+    `attn check --dout` do with .npy files (the options as in oracle)."""
+    grads = {"dq": dq, "dk": dk, "dv": dv}
+    given = {name: g for name, g in grads.items() if g is not None}
+    if (dout is None) != (not given):
+        raise ConfigError("attn.check: dout and at least one of dq, dk, dv go together (the gradients of "
+                          "sum(dout * output))")
+    if out is None and dout is None:
+        raise ConfigError("attn.check: give out (the output), or dout with dq, dk or dv (gradients)")
+    arrays = (_array(q, "q"), _array(k, "k"), _array(v, "v"))
+    model_args = (model, key_block, int(logit_storage_roundings), bool(probabilities_in_storage))
+    common = (_options(options), _dtype(q, dtype))
+    fields = {}
+    if out is not None:
+        fields = _attn.check(*arrays, _array(out, "out"), _array(mask, "mask"), *model_args, *common)
+    if dout is not None:
+        g = _attn.check_gradients(*arrays, _array(dout, "dout"), *(_array(grads[n], n) for n in ("dq", "dk", "dv")),
+                                  _array(mask, "mask"), *model_args, *common)
+        gradients = {name: g[name] for name in given}
+        lines = [f"{name}: {r['summary']}" for name, r in gradients.items()]
+        if out is None:
+            fields = {"passed": g["passed"], "summary": "\n".join(lines), "model": g["model"], "dtype": g["dtype"],
+                      "oracle_bits": g["oracle_bits"]}
+        else:
+            fields["passed"] = fields["passed"] and g["passed"]
+            fields["summary"] = "\n".join([f"output: {fields['summary']}"] + lines)
+        fields["gradients"] = gradients
+    return CheckResult(fields)
 
 
 check.__doc__ += _DTYPES_DOC + _MODEL_DOC + _options_doc(False)

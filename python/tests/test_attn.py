@@ -178,6 +178,28 @@ def test_a_bfloat16_torch_attention_is_judged_where_it_rounds():
     assert where.passed, where.summary
 
 
+def test_check_judges_gradients_from_torch_autograd():
+    q, k, v = inputs(np.float64, Tq=6, Tk=7, Dk=4, Dv=3, seed=4)
+    dout = np.random.default_rng(9).standard_normal((2, 3, 6, 3))
+    tq, tk, tv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+    out, _ = F._scaled_dot_product_attention(tq, tk, tv, None, 0.0, False, True)  # causal, top-left
+    out.backward(torch.from_numpy(dout))
+    r = attn.check(q, k, v, out, dout=dout, dq=tq.grad, dk=tk.grad, dv=tv.grad, causal="top-left")
+    assert r.passed, r.summary
+    assert set(r.gradients) == {"dq", "dk", "dv"} and all(g["passed"] for g in r.gradients.values())
+    assert 0 < r.gradients["dq"]["tightness"] <= 1 and "dv: pass" in r.summary
+    # Gradients alone, and a wrong one: dk of the mask the other way round (bottom-right) is another function's.
+    only = attn.check(q, k, v, dout=dout, dk=tk.grad, causal="top-left")
+    assert only.passed and set(only.gradients) == {"dk"}
+    assert not attn.check(q, k, v, dout=dout, dk=tk.grad, causal="bottom-right").passed
+    wrong = tq.grad.clone()
+    wrong[0, 0, 3, 1] *= 1.001
+    bad = attn.check(q, k, v, dout=dout, dq=wrong, causal="top-left")
+    assert not bad.passed and bad.gradients["dq"]["worst_index"] == (0, 0, 3, 1)
+    with pytest.raises(attn.ConfigError, match="dout and at least one of dq, dk, dv go together"):
+        attn.check(q, k, v, out, dq=tq.grad)
+
+
 def test_every_keyword_is_a_row_of_the_option_table():
     rows = {r["python"]: r for r in attn._attn.option_table()}
     for name in ("causal", "scale", "empty_rows", "window", "window_alignment", "softcap", "bias", "alibi_slopes",
