@@ -122,7 +122,7 @@ void widen(const S* src, Index n, float* dst) {
 
 // float32 -> 16-bit storage, rounded to nearest, ties to even, one vector at a time in 32-bit lanes (the output's
 // rounding): the bits of the scalar conversion (attn/half.hpp) on every target (lib/tests/tiled_test.cpp checks
-// every float whose bits are a multiple of 2^7, and every float near each format's edges). Highway 1.0.3's
+// floats 2^9 + 7 bit patterns apart over every exponent, and every float near each format's edges). Highway 1.0.3's
 // DemoteTo truncates to bfloat16, and to float16 without F16C. NaN: quiet, the top bits of its payload kept.
 // bfloat16: adding 2^15 - 1 plus the kept part's lowest bit rounds the dropped half to nearest even (a carry runs
 // into the exponent, up to infinity). float16: magnitudes from 2^16 up are infinity; below 2^-14 (float16's
