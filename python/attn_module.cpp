@@ -1,7 +1,8 @@
 // attn._attn: the Python module's compiled half (pybind11). NumPy arrays cross without copies where their strides
 // are whole elements; attn/__init__.py converts PyTorch tensors and gives the functions their documented signatures.
 //
-//   sdpa, oracle, check   the library and the oracle on arrays
+//   sdpa, sdpa_backward   the library's forward (with weights, lse) and backward on arrays
+//   oracle, check         the oracle on arrays: exact results, bounds, verdicts (check_gradients: dq, dk, dv)
 //   serve                 runs `attn properties --kernel-connection ...` and answers its forward calls with a Python
 //                         callable, through the same protocol as a kernel library's worker (plugin/src/protocol.hpp)
 #include <pybind11/numpy.h>
@@ -23,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attn/backward.hpp"
 #include "attn/error.hpp"
 #include "attn/half.hpp"
 #include "attn/kernel_abi.h"
@@ -215,16 +217,35 @@ decltype(auto) with_dtype(const py::array& q, const std::string& dtype, const st
     throw attn::ConfigError(function + ": q must be float32, float64, float16 or bfloat16, got " + got);
 }
 
+// The output; with return_weights or return_lse a tuple (output, weights if asked, lse if asked).
 template <class T>
 py::object sdpa_t(const py::array& q, const py::array& k, const py::array& v, const std::optional<py::array>& mask,
-                  const Problem& problem, bool return_weights) {
+                  const Problem& problem, bool return_weights, bool return_lse) {
     const std::string fn = "attn.sdpa";
     attn::SdpaOptions o = problem.options<T>(fn);
     o.return_weights = return_weights;
+    o.return_lse = return_lse;
     const auto r = attn::scaled_dot_product_attention(view_of<T>(q, fn, "q"), view_of<T>(k, fn, "k"), view_of<T>(v, fn, "v"),
                                                       mask_of(mask, fn), o);
-    if (!return_weights) return to_numpy(r.output);
-    return py::make_tuple(to_numpy(r.output), r.weights ? py::object(to_numpy(*r.weights)) : py::none());
+    if (!return_weights && !return_lse) return to_numpy(r.output);
+    py::list parts;
+    parts.append(to_numpy(r.output));
+    if (return_weights) parts.append(r.weights ? py::object(to_numpy(*r.weights)) : py::none());
+    if (return_lse) parts.append(to_numpy(*r.lse));
+    return py::tuple(parts);
+}
+
+// attn::sdpa_backward: (dq, dk, dv) from the forward's out and lse (its return_lse) and dout.
+template <class T>
+py::tuple sdpa_backward_t(const py::array& q, const py::array& k, const py::array& v, const py::array& out,
+                          const py::array& lse, const py::array& dout, const std::optional<py::array>& mask,
+                          const Problem& problem) {
+    const std::string fn = "attn.sdpa_backward";
+    using C = attn::compute_t<T>;
+    const auto g = attn::sdpa_backward(view_of<T>(q, fn, "q"), view_of<T>(k, fn, "k"), view_of<T>(v, fn, "v"),
+                                       view_of<T>(out, fn, "out"), view_of<C>(lse, fn, "lse"),
+                                       view_of<T>(dout, fn, "dout"), mask_of(mask, fn), problem.options<T>(fn));
+    return py::make_tuple(to_numpy(g.dq), to_numpy(g.dk), to_numpy(g.dv));
 }
 
 // The error model a check's bound is for: a named one (oracle::model_by_name) and, for 16-bit kernels, where the
@@ -512,10 +533,17 @@ PYBIND11_MODULE(_attn, m) {
     // The keywords of every call are the option table's (attn/options.hpp); the package passes them as a dict.
     m.def("option_table", &option_table);
     m.def("sdpa", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
-                     bool return_weights, const py::dict& options, const std::string& dtype) {
+                     bool return_weights, bool return_lse, const py::dict& options, const std::string& dtype) {
         const Problem p = problem_of(options, "attn.sdpa", true);
         return with_dtype(q, dtype, "attn.sdpa",
-                          [&]<class T>() { return sdpa_t<T>(q, k, v, mask, p, return_weights); });
+                          [&]<class T>() { return sdpa_t<T>(q, k, v, mask, p, return_weights, return_lse); });
+    });
+    m.def("sdpa_backward", [](const py::array& q, const py::array& k, const py::array& v, const py::array& out,
+                              const py::array& lse, const py::array& dout, std::optional<py::array> mask,
+                              const py::dict& options, const std::string& dtype) {
+        const Problem p = problem_of(options, "attn.sdpa_backward", true);
+        return with_dtype(q, dtype, "attn.sdpa_backward",
+                          [&]<class T>() { return sdpa_backward_t<T>(q, k, v, out, lse, dout, mask, p); });
     });
     m.def("oracle", [](const py::array& q, const py::array& k, const py::array& v, std::optional<py::array> mask,
                        const std::string& model, Index key_block, Index logit_storage_roundings,

@@ -67,7 +67,8 @@ constexpr OptionSpec kTable[] = {
     // SdpaOptions' own.
     {"return_weights", "--weights", "return_weights", "", "false",
      "Also return the weights (..., Tq, Tk) (backend reference or auto)"},
-    {"return_lse", "", "", "", "false", "Also return each query row's log-sum-exp (..., Tq), in the compute type"},
+    {"return_lse", "", "return_lse", "", "false",
+     "Also return each query row's log-sum-exp (..., Tq), in the compute type (what the backward reads)"},
     // MhaOptions' own.
     {"key_padding_allowed", "", "", "", "none", "Bool (B, Tk): true = a real key, false = padding"},
     {"key_padding_bias", "--key-padding-bias", "", "", "none",

@@ -21,7 +21,7 @@ import numpy as np
 from . import _attn
 from ._attn import ConfigError, Error, MaskError, ShapeError, ValueError  # noqa: F401  (attn's errors)
 
-__all__ = ["sdpa", "oracle", "check", "properties", "CheckResult", "PropertiesResult", "Unsupported",
+__all__ = ["sdpa", "sdpa_backward", "oracle", "check", "properties", "CheckResult", "PropertiesResult", "Unsupported",
            "Error", "ShapeError", "MaskError", "ValueError", "ConfigError"]
 
 
@@ -88,7 +88,7 @@ def _options(options):
 
 def _options_doc(library_call):
     rows = [r for r in _OPTION_ROWS if library_call or r["python"] not in _LIBRARY_ONLY]
-    rows = [r for r in rows if r["python"] != "return_weights"]
+    rows = [r for r in rows if r["python"] not in ("return_weights", "return_lse")]  # sdpa's own keywords
     return "\n\n    Options (keywords; a name not listed is an attn.ConfigError):\n" + "\n".join(
         f"      {r['python']} (default {r['default']}): {r['help']}" for r in rows)
 
@@ -108,15 +108,29 @@ _MODEL_DOC = """
     the P V product, as FlashAttention's forward and a 16-bit softmax do)."""
 
 
-def sdpa(q, k, v, mask=None, *, return_weights=False, dtype=None, **options):
-    """softmax(scale q k^T, masked) v with attn's library: a NumPy array (and the weights when asked for).
+def sdpa(q, k, v, mask=None, *, return_weights=False, return_lse=False, dtype=None, **options):
+    """softmax(scale q k^T, masked) v with attn's library: a NumPy array, or with return_weights / return_lse a
+    tuple (output, weights if asked, lse if asked); lse (..., Tq) is in the compute type (float32 for 16-bit
+    inputs), what sdpa_backward reads.
 
     mask: bool, broadcastable to (..., Tq, Tk), True = may attend. causal: None, "top-left" or "bottom-right".
     window: (left, right), FlashAttention's window_size (-1 = unbounded). bias: broadcastable to (..., Tq, Tk).
     alibi_slopes: broadcastable to the batch dims ((H) or (B, H))."""
     r = _attn.sdpa(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(mask, "mask"), return_weights,
-                   _options(options), _dtype(q, dtype))
-    return tuple(_result(x, q) for x in r) if return_weights else _result(r, q)
+                   return_lse, _options(options), _dtype(q, dtype))
+    if not (return_weights or return_lse):
+        return _result(r, q)
+    parts = [_result(r[0], q)] + ([_result(r[1], q)] if return_weights else [])
+    return tuple(parts + ([r[-1]] if return_lse else []))
+
+
+def sdpa_backward(q, k, v, out, lse, dout, mask=None, *, dtype=None, **options):
+    """The gradients (dq, dk, dv) of sum(dout * output) with attn's library (attn/backward.hpp): q, k, v, mask and
+    the options as in the forward call that gave out and lse (sdpa(..., return_lse=True)); dout of out's shape and
+    dtype. The backend option picks the reference backward or the tiled one (FlashAttention-2's)."""
+    r = _attn.sdpa_backward(_array(q, "q"), _array(k, "k"), _array(v, "v"), _array(out, "out"), _array(lse, "lse"),
+                            _array(dout, "dout"), _array(mask, "mask"), _options(options), _dtype(q, dtype))
+    return tuple(_result(x, q) for x in r)
 
 
 def oracle(q, k, v, mask=None, *, model="generic", key_block=64, logit_storage_roundings=0,
@@ -132,6 +146,7 @@ def oracle(q, k, v, mask=None, *, model="generic", key_block=64, logit_storage_r
 
 
 sdpa.__doc__ += _DTYPES_DOC + _options_doc(True)
+sdpa_backward.__doc__ += _DTYPES_DOC + _options_doc(True)
 oracle.__doc__ += _DTYPES_DOC + _MODEL_DOC + _options_doc(False)
 
 

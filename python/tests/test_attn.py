@@ -200,6 +200,30 @@ def test_check_judges_gradients_from_torch_autograd():
         attn.check(q, k, v, out, dq=tq.grad)
 
 
+def test_the_librarys_backward_from_python_agrees_with_torch_and_the_oracle():
+    q, k, v = inputs(np.float64, Tq=40, Tk=40, Dk=8, Dv=4, seed=6)
+    dout = np.random.default_rng(2).standard_normal((2, 3, 40, 4))
+    for backend in ("reference", "tiled"):
+        out, lse = attn.sdpa(q, k, v, causal="top-left", return_lse=True, backend=backend)
+        assert lse.shape == (2, 3, 40) and lse.dtype == np.float64
+        dq, dk, dv = attn.sdpa_backward(q, k, v, out, lse, dout, causal="top-left", backend=backend)
+        model = "tiled" if backend == "tiled" else "reference"
+        r = attn.check(q, k, v, out, dout=dout, dq=dq, dk=dk, dv=dv, causal="top-left", model=model, key_block=256)
+        assert r.passed, r.summary
+        tq, tk, tv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+        F._scaled_dot_product_attention(tq, tk, tv, None, 0.0, False, True)[0].backward(torch.from_numpy(dout))
+        assert np.allclose(dq, tq.grad.numpy(), atol=1e-12) and np.allclose(dv, tv.grad.numpy(), atol=1e-12)
+    out, weights, lse = attn.sdpa(q, k, v, return_weights=True, return_lse=True)
+    assert weights.shape == (2, 3, 40, 40) and lse.shape == (2, 3, 40)
+    # bfloat16 tensors in, bfloat16 gradients out; the lse is float32 (the compute type).
+    qb, kb, vb, db = (torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16) for x in (q, k, v, dout))
+    out_b, lse_b = attn.sdpa(qb, kb, vb, return_lse=True)
+    assert lse_b.dtype == np.float32
+    grads = attn.sdpa_backward(qb, kb, vb, out_b, lse_b, db)
+    assert all(g.dtype == torch.bfloat16 for g in grads)
+    assert attn.check(qb, kb, vb, dout=db, dq=grads[0], dk=grads[1], dv=grads[2]).passed
+
+
 def test_every_keyword_is_a_row_of_the_option_table():
     rows = {r["python"]: r for r in attn._attn.option_table()}
     for name in ("causal", "scale", "empty_rows", "window", "window_alignment", "softcap", "bias", "alibi_slopes",
