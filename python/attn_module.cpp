@@ -256,6 +256,14 @@ struct ModelChoice {
     Index key_block = 64;
     Index logit_storage_roundings = 0;
     bool probabilities_in_storage = false;
+    attn::oracle::OracleOptions oracle_options(bool statistical = false) const {
+        attn::oracle::OracleOptions oo;
+        oo.model = attn::oracle::model_by_name(name, key_block);
+        oo.model.logit_storage_roundings = logit_storage_roundings;
+        oo.model.probabilities_in_storage = probabilities_in_storage;
+        oo.statistical = statistical;
+        return oo;
+    }
 };
 
 ModelChoice model_of(const std::string& name, Index key_block, Index logit_storage_roundings,
@@ -270,11 +278,7 @@ template <class T>
 attn::oracle::Result<T> oracle_t(const std::string& fn, const py::array& q, const py::array& k, const py::array& v,
                                  const std::optional<py::array>& mask, const Problem& problem, const ModelChoice& model,
                                  bool statistical) {
-    attn::oracle::OracleOptions oo;
-    oo.model = attn::oracle::model_by_name(model.name, model.key_block);
-    oo.model.logit_storage_roundings = model.logit_storage_roundings;
-    oo.model.probabilities_in_storage = model.probabilities_in_storage;
-    oo.statistical = statistical;
+    const attn::oracle::OracleOptions oo = model.oracle_options(statistical);
     return attn::oracle::scaled_dot_product_attention<T>(view_of<T>(q, fn, "q"), view_of<T>(k, fn, "k"), view_of<T>(v, fn, "v"),
                                                          mask_of(mask, fn), problem.options<T>(fn), oo);
 }
@@ -324,10 +328,7 @@ py::dict check_gradients_t(const py::array& q, const py::array& k, const py::arr
                            const std::optional<py::array>& dv, const std::optional<py::array>& mask,
                            const Problem& problem, const ModelChoice& model) {
     const std::string fn = "attn.check";
-    attn::oracle::OracleOptions oo;
-    oo.model = attn::oracle::model_by_name(model.name, model.key_block);
-    oo.model.logit_storage_roundings = model.logit_storage_roundings;
-    oo.model.probabilities_in_storage = model.probabilities_in_storage;
+    const attn::oracle::OracleOptions oo = model.oracle_options();
     const attn::oracle::Gradients<T> g =
         attn::oracle::sdpa_backward<T>(view_of<T>(q, fn, "q"), view_of<T>(k, fn, "k"), view_of<T>(v, fn, "v"),
                                        view_of<T>(dout, fn, "dout"), mask_of(mask, fn), problem.options<T>(fn), oo);

@@ -280,10 +280,11 @@ void packed_blocked_gemm(Index m, Index n, Index k, const T* a, const T* b, T* c
     // at n = 2048 (the own micro-kernels load and store their C tile once per call).
     constexpr Index kc = 1024;
     const Index mc = 8 * mr;
-    std::fill_n(c, m * n, T(0));
+    if (k == 0) std::fill_n(c, m * n, T(0));
     PackedBuffer<T> ap, bp, scratch;  // scratch: the C rows of a partial last row panel
     for (Index pc = 0; pc < k; pc += kc) {
         const Index kb = std::min(kc, k - pc);
+        const T beta = pc == 0 ? T(0) : T(1);  // the first block writes C, the others add to it
         const Index ps_a = round_up(kb * mr, 16), ps_b = round_up(kb * nr, 16);
         T* bpan = bp.get(n / nr * ps_b);
         for (Index j = 0; j < n / nr; ++j)
@@ -298,13 +299,12 @@ void packed_blocked_gemm(Index m, Index n, Index k, const T* a, const T* b, T* c
                         const Index row = ic + i * mr + r;
                         apan[i * ps_a + p * mr + r] = row < m ? a[row * k + pc + p] : T(0);
                     }
-            packed_gemm<T>(full, n / nr, kb, T(1), apan, ps_a, bpan, ps_b, T(1), c + ic * n, n, 1, mr * n, nr);
+            packed_gemm<T>(full, n / nr, kb, T(1), apan, ps_a, bpan, ps_b, beta, c + ic * n, n, 1, mr * n, nr);
             if (full < panels) {  // rows ic + full * mr .. m: through mr scratch rows of C
                 const Index r0 = ic + full * mr, rows = m - r0;
                 T* tile = scratch.get(mr * n);
-                std::fill_n(tile, mr * n, T(0));
-                std::copy_n(c + r0 * n, rows * n, tile);
-                packed_gemm<T>(1, n / nr, kb, T(1), apan + full * ps_a, ps_a, bpan, ps_b, T(1), tile, n, 1, 0, nr);
+                if (pc > 0) std::copy_n(c + r0 * n, rows * n, tile);  // the rows past m are never read back
+                packed_gemm<T>(1, n / nr, kb, T(1), apan + full * ps_a, ps_a, bpan, ps_b, beta, tile, n, 1, 0, nr);
                 std::copy_n(tile, rows * n, c + r0 * n);
             }
         }

@@ -124,7 +124,8 @@ void packed_gemm(Index m_panels, Index n_panels, Index k, T alpha, const T* a, I
 // kernels') in a plain blocked loop that packs blocks of A and B itself, as a BLIS gemm does: the measured limit's
 // "packed" row (attn/machine.hpp), the speed the library's own products reach on a large square product. Not a
 // general gemm: n must be a multiple of the micro-tile's nr (ConfigError otherwise); m and k are any. Each element
-// is the sum over kc-blocks of k, each block's dot product one sequential FMA sum added to C (fl(C + block)).
+// is the sum over kc-blocks of k, each block's dot product one sequential FMA sum: the first written to C, each
+// later one added to it (fl(C + block)).
 template <class T>
 void packed_blocked_gemm(Index m, Index n, Index k, const T* a, const T* b, T* c);
 
